@@ -1,0 +1,170 @@
+"""The client: one Redis connection pool, one pub/sub connection, the holds of this process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis.asyncio import Redis
+
+from .config import Config
+from .errors import ClientClosedError, WrongEventLoopError
+from .keys import check_name
+from .pubsub import PubSubHub
+from .tasks import current_task_id
+
+if TYPE_CHECKING:
+    from .lock import Hold, Lock
+
+T = TypeVar("T")
+logger = logging.getLogger("aiolock")
+
+
+class AioLock:
+    """A client of aiolock: the factory of locks, bound to one ``redis.asyncio.Redis``.
+
+    Each client has its own uuid (``client.id``), the first half of every owner id it writes,
+    so several clients in one process never share holds. ``async with client:`` closes it;
+    :meth:`aclose` stops everything the client started and may be called more than once.
+    A client passed in by the caller is not closed by :meth:`aclose`; one made by
+    :func:`from_url` is.
+    """
+
+    def __init__(self, redis: Redis, *, config: Config | None = None) -> None:
+        if not isinstance(redis, Redis):
+            raise TypeError(f"expected a redis.asyncio.Redis, got {type(redis).__name__}")
+        if config is not None and not isinstance(config, Config):
+            raise TypeError(f"config must be an aiolock.Config, got {type(config).__name__}")
+        self.redis = redis
+        self.config = config or Config()
+        self.id = str(uuid.uuid4())
+        self._owns_redis = False
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._holds: dict[tuple[str, str], Hold] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self.pubsub = PubSubHub(redis.connection_pool, self.config)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<aiolock.AioLock {self.id} {state}, {len(self._holds)} holds>"
+
+    # -- factories ------------------------------------------------------------------------
+
+    def lock(self, name: str) -> Lock:
+        """The reentrant lock called ``name`` (no Redis call until it is used)."""
+        from .lock import Lock
+
+        return Lock(self, check_name(name))
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def __aenter__(self) -> AioLock:
+        self.check()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the pub/sub reader and background work; close the Redis client if owned.
+
+        Held locks are not released: without renewal their leases simply run out.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        await self.pubsub.aclose()
+        if self._background:
+            await asyncio.wait(self._background, timeout=self.config.cleanup_timeout)
+            for task in self._background:
+                task.cancel()
+        self._holds.clear()
+        if self._owns_redis:
+            await self.redis.aclose()
+
+    # -- internals shared by the lock families -----------------------------------------------
+
+    def check(self) -> None:
+        """Raise unless the client is open and used from its own event loop."""
+        if self._closed:
+            raise ClientClosedError(f"aiolock client {self.id} is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None:
+                raise WrongEventLoopError(
+                    f"aiolock client {self.id} belongs to another event loop; "
+                    "create one client per event loop"
+                )
+            self._loop = loop
+
+    def owner(self) -> str:
+        """The owner id of the running task: ``<client uuid>:<task id>``."""
+        return f"{self.id}:{current_task_id()}"
+
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coro`` in a background task that :meth:`aclose` waits for."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def run_shielded(
+        self,
+        coro: Coroutine[Any, Any, T],
+        undo: Callable[[T], Awaitable[object]] | None = None,
+    ) -> T:
+        """Run ``coro`` to completion even if the caller is cancelled.
+
+        On cancellation the operation still finishes; then ``undo(result)`` runs if given
+        (e.g. release a hold that a cancelled acquire obtained). The caller waits for both,
+        at most ``cleanup_timeout``, and the CancelledError is re-raised unchanged.
+        """
+        task = asyncio.ensure_future(coro)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cleanup = self.spawn(_finish_cancelled(task, undo))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait((cleanup,), timeout=self.config.cleanup_timeout)
+            raise
+
+
+async def _finish_cancelled(
+    task: asyncio.Future[T], undo: Callable[[T], Awaitable[object]] | None
+) -> None:
+    try:
+        result = await task
+    except BaseException as exc:  # the operation failed: nothing to undo
+        logger.debug("operation of a cancelled caller failed: %r", exc)
+        return
+    if undo is not None:
+        try:
+            await undo(result)
+        except Exception:
+            logger.exception("aiolock: undoing the operation of a cancelled caller failed")
+
+
+def from_url(url: str, **config_overrides: Any) -> AioLock:
+    """A client on a new ``redis.asyncio.Redis`` for ``url``, closed with the client.
+
+    Keyword arguments are :class:`Config` fields, e.g. ``from_url(url, watchdog_timeout=10)``.
+    """
+    config = Config(**config_overrides)
+    client = AioLock(Redis.from_url(url), config=config)
+    client._owns_redis = True
+    return client

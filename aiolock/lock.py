@@ -1,0 +1,321 @@
+"""The reentrant lock (Redisson's RLock), owned by the asyncio Task that took it."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from . import scripts
+from .errors import (
+    ClientClosedError,
+    LockLostError,
+    LockNotOwnedError,
+    RedisOperationError,
+)
+from .keys import UNLOCK_MESSAGE, check_seconds, lock_channel, to_millis
+
+if TYPE_CHECKING:
+    from .client import AioLock
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False, slots=True)
+class Hold:
+    """What this client knows of one owner's hold on one lock."""
+
+    name: str
+    owner: str
+    count: int
+    lease_ms: int
+
+
+class Lock:
+    """A reentrant distributed lock; get one with ``client.lock(name)``.
+
+    The owner is the current asyncio Task: the same task may take the lock again (the hold
+    count grows) and must unlock as often; any other task, in this process or another, waits.
+    Waiting is woken by the unlock message on the lock's channel, never by polling.
+    ``async with lock:`` is :meth:`lock` followed by a shielded :meth:`unlock`.
+    """
+
+    __slots__ = ("_channel", "_client", "name")
+
+    def __init__(self, client: AioLock, name: str) -> None:
+        self._client = client
+        self.name = name
+        self._channel = lock_channel(name)
+
+    def __repr__(self) -> str:
+        return f"<aiolock.Lock {self.name!r}>"
+
+    # -- acquiring --------------------------------------------------------------------------
+
+    async def try_lock(self, wait_time: float = 0, lease_time: float | None = None) -> bool:
+        """Take the lock, waiting at most ``wait_time`` seconds; True if taken.
+
+        ``lease_time`` (seconds) bounds the hold: the key expires after it and is never renewed.
+        Without it the lease is ``config.watchdog_timeout``.
+        """
+        wait = check_seconds(wait_time, "wait_time")
+        lease_ms = self._lease_ms(lease_time)
+        self._client.check()
+        return await self._acquire(self._client.owner(), lease_ms, wait)
+
+    async def lock(self, lease_time: float | None = None) -> None:
+        """Take the lock, waiting as long as it takes."""
+        lease_ms = self._lease_ms(lease_time)
+        self._client.check()
+        await self._acquire(self._client.owner(), lease_ms, None)
+
+    async def __aenter__(self) -> Lock:
+        await self.lock()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.unlock()
+
+    def _lease_ms(self, lease_time: float | None) -> int:
+        if lease_time is None:
+            return to_millis(self._client.config.watchdog_timeout)
+        return to_millis(check_seconds(lease_time, "lease_time", positive=True))
+
+    async def _acquire(self, owner: str, lease_ms: int, wait: float | None) -> bool:
+        """Redisson's loop: try; subscribe; retry; then wait for a release message (at most
+        the holder's TTL or the time left) before each further try."""
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
+        ttl = await self._attempt(owner, lease_ms)
+        if ttl is None:
+            return True
+        if wait is not None and wait <= 0:
+            return False
+        deadline = None if wait is None else sent_at + wait
+        hub = self._client.pubsub
+        entry = await hub.subscribe(self._channel)
+        try:
+            # A release between our try and a subscription confirmed after it sent no message
+            # we could see: try again. A subscription confirmed before the try needs no retry.
+            if entry.confirmed_at is None or entry.confirmed_at > sent_at:
+                ttl = await self._attempt(owner, lease_ms)
+                if ttl is None:
+                    return True
+            while True:
+                timeout = ttl / 1000 if ttl >= 0 else None
+                if deadline is not None:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        return False
+                    timeout = left if timeout is None else min(timeout, left)
+                await entry.wait(timeout)
+                if hub.closed:
+                    raise ClientClosedError(f"client closed while waiting for lock {self.name!r}")
+                ttl = await self._attempt(owner, lease_ms)
+                if ttl is None:
+                    return True
+        finally:
+            hub.release(entry)
+
+    async def _attempt(self, owner: str, lease_ms: int) -> int | None:
+        """One acquire, safe against cancellation: None if taken, else the holder's TTL (ms).
+
+        If the caller is cancelled while the script is in flight, the script still completes
+        and a hold it obtained is released before the CancelledError propagates."""
+        return await self._client.run_shielded(
+            self._acquire_once(owner, lease_ms), undo=self._undo_acquire(owner)
+        )
+
+    def _undo_acquire(self, owner: str) -> Callable[[int | None], Awaitable[None]]:
+        async def undo(ttl: int | None) -> None:
+            hold = self._client._holds.get((self.name, owner))
+            if ttl is None and hold is not None:
+                await self._release_once(hold)
+
+        return undo
+
+    async def _acquire_once(self, owner: str, lease_ms: int) -> int | None:
+        holds = self._client._holds
+        hold = holds.get((self.name, owner))
+        before = hold.count if hold is not None else 0
+        ttl = await self._run_resolved(
+            scripts.LOCK_ACQUIRE,
+            (self.name,),
+            (lease_ms, owner),
+            owner,
+            ran_if=lambda count: count == before + 1,
+            not_run_if=lambda count: count == before,
+            ran_reply=None,
+        )
+        if ttl is not None:
+            return int(ttl)
+        if hold is None:
+            hold = holds[(self.name, owner)] = Hold(self.name, owner, 0, lease_ms)
+        hold.count += 1
+        hold.lease_ms = lease_ms
+        return None
+
+    # -- releasing --------------------------------------------------------------------------
+
+    async def unlock(self) -> None:
+        """Drop one hold of the current task; the last one releases the lock.
+
+        Shielded: once called, the release completes even if the caller is cancelled.
+        Raises LockNotOwnedError if the current task holds no count of this lock, and
+        LockLostError if it did but the lease ran out or the lock was force-unlocked.
+        """
+        client = self._client
+        client.check()
+        owner = client.owner()
+        hold = client._holds.get((self.name, owner))
+        if hold is None:
+            raise LockNotOwnedError(
+                f"lock {self.name!r} is not held by the current task (owner id {owner})",
+                name=self.name,
+                owner=owner,
+            )
+        await client.run_shielded(self._release_once(hold))
+
+    async def _release_once(self, hold: Hold) -> None:
+        before = hold.count
+        released = await self._run_resolved(
+            scripts.LOCK_RELEASE,
+            (self.name, self._channel),
+            (UNLOCK_MESSAGE, hold.lease_ms, hold.owner),
+            hold.owner,
+            ran_if=lambda count: count == before - 1,
+            not_run_if=lambda count: count == before,
+            ran_reply=1 if before == 1 else 0,
+        )
+        if released is None:
+            self._forget(hold)
+            raise LockLostError(
+                f"lock {self.name!r} was no longer held by {hold.owner}: its lease expired "
+                "or it was force-unlocked",
+                name=self.name,
+                owner=hold.owner,
+            )
+        hold.count -= 1
+        if released == 1 or hold.count <= 0:
+            self._forget(hold)
+        if released == 1:
+            self._client.pubsub.notify_released(self._channel)
+
+    def _forget(self, hold: Hold) -> None:
+        holds = self._client._holds
+        if holds.get((hold.name, hold.owner)) is hold:
+            del holds[(hold.name, hold.owner)]
+
+    async def force_unlock(self) -> bool:
+        """Delete the lock whoever holds it and wake its waiters; True if it was held."""
+        client = self._client
+        client.check()
+        try:
+            deleted = await scripts.run(
+                client.redis.connection_pool,
+                scripts.LOCK_FORCE_UNLOCK,
+                (self.name, self._channel),
+                (UNLOCK_MESSAGE,),
+            )
+        except (RedisError, scripts.OutcomeUnknown) as exc:
+            raise RedisOperationError(f"force_unlock of {self.name!r} failed: {exc}") from exc
+        for hold in [h for h in client._holds.values() if h.name == self.name]:
+            self._forget(hold)
+        if deleted:
+            client.pubsub.notify_released(self._channel)
+        return bool(deleted)
+
+    # -- running scripts whose reply may be lost ----------------------------------------------
+
+    async def _run_resolved(
+        self,
+        script: scripts.Script,
+        keys: tuple[str, ...],
+        args: tuple[Any, ...],
+        owner: str,
+        *,
+        ran_if: Callable[[int], bool],
+        not_run_if: Callable[[int], bool],
+        ran_reply: Any,
+    ) -> Any:
+        """Run a lock script that changes ``owner``'s count, never blindly twice.
+
+        When its reply is lost the owner's count on the server tells what happened: if the
+        script ran, ``ran_reply`` stands for its reply; if it did not, it is tried again (at
+        most ``config.retry_attempts`` times); anything else is reported as unresolved."""
+        pool = self._client.redis.connection_pool
+        attempts = self._client.config.retry_attempts + 1
+        for attempt in range(attempts):
+            try:
+                return await scripts.run(pool, script, keys, args)
+            except scripts.OutcomeUnknown as exc:
+                count = await self._server_count(owner)
+                if ran_if(count):
+                    return ran_reply
+                if not not_run_if(count) or attempt == attempts - 1:
+                    raise RedisOperationError(
+                        f"{script.name} on {self.name!r}: {exc}; the owner's count is now "
+                        f"{count}, so the outcome is unknown"
+                        if not not_run_if(count)
+                        else f"{script.name} on {self.name!r} failed {attempts} times: {exc}"
+                    ) from exc
+            except RedisError as exc:
+                raise RedisOperationError(f"{script.name} on {self.name!r} failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _server_count(self, owner: str) -> int:
+        value = await self._read(lambda: self._client.redis.hget(self.name, owner))
+        return int(value) if value is not None else 0
+
+    # -- inspecting ---------------------------------------------------------------------------
+
+    async def _read(self, command: Callable[[], Awaitable[T]]) -> T:
+        """Run a read-only command; being idempotent it is retried on a broken connection."""
+        attempts = self._client.config.retry_attempts + 1
+        for attempt in range(attempts):
+            try:
+                return await command()
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if attempt == attempts - 1:
+                    raise RedisOperationError(f"reading lock {self.name!r} failed: {exc}") from exc
+            except RedisError as exc:
+                raise RedisOperationError(f"reading lock {self.name!r} failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def is_locked(self) -> bool:
+        """True if any owner holds the lock."""
+        self._client.check()
+        return bool(await self._read(lambda: self._client.redis.exists(self.name)))
+
+    async def is_held_by_current_task(self) -> bool:
+        """True if the current task holds the lock (checked on the server)."""
+        self._client.check()
+        owner = self._client.owner()
+        return bool(await self._read(lambda: self._client.redis.hexists(self.name, owner)))
+
+    async def hold_count(self) -> int:
+        """How many times the current task holds the lock (0 if not at all)."""
+        self._client.check()
+        return await self._server_count(self._client.owner())
+
+    async def remaining_ttl(self) -> float | None:
+        """Seconds until the lease runs out; None if unlocked, ``math.inf`` if it never does."""
+        self._client.check()
+        pttl = int(await self._read(lambda: self._client.redis.pttl(self.name)))
+        if pttl == -2:
+            return None
+        if pttl == -1:
+            return math.inf
+        return pttl / 1000

@@ -1,0 +1,249 @@
+"""The shared pub/sub connection of one client and its per-channel wait entries.
+
+One connection carries every channel. A waiter borrows the :class:`Entry` of its lock's
+channel with :meth:`PubSubHub.subscribe`, which returns once the server has confirmed the
+subscription, and gives it back with :meth:`PubSubHub.release`. Entries are reference-counted:
+the channel is subscribed for the first waiter and unsubscribed when the last one leaves.
+
+A reader task dispatches messages and never runs user code: an unlock message (``"0"``)
+releases one permit of the entry's ``asyncio.Semaphore`` (one waiter wakes per release; a
+message that arrives before anyone waits is kept as a permit), a read-unlock message (``"1"``)
+wakes every waiter of the entry. Pub/sub is at-most-once, so after the connection drops and
+comes back every waiter is woken to re-check; waits are always bounded by the holder's TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from typing import Any
+
+from redis.asyncio import ConnectionPool
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import RedisError
+
+from .config import Config
+from .errors import ClientClosedError
+from .keys import READ_UNLOCK_MESSAGE
+
+logger = logging.getLogger("aiolock.pubsub")
+
+
+class Entry:
+    """The wait entry of one channel, shared by every local waiter on it."""
+
+    __slots__ = (
+        "_skip_echoes",
+        "channel",
+        "confirmed",
+        "confirmed_at",
+        "refs",
+        "semaphore",
+        "waiting",
+    )
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.refs = 0
+        self.waiting = 0
+        self.semaphore = asyncio.Semaphore(0)
+        self.confirmed = asyncio.get_running_loop().create_future()
+        #: loop time at which the current subscription was confirmed (None until then)
+        self.confirmed_at: float | None = None
+        self._skip_echoes = 0
+
+    def __repr__(self) -> str:
+        return f"<Entry {self.channel} refs={self.refs} waiting={self.waiting}>"
+
+    async def wait(self, seconds: float | None) -> bool:
+        """Wait at most ``seconds`` (None: no bound) for a wake-up; True if one came."""
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(seconds):
+                await self.semaphore.acquire()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.waiting -= 1
+
+    def wake_one(self) -> None:
+        self.semaphore.release()
+
+    def wake_all(self) -> None:
+        for _ in range(max(1, self.waiting)):
+            self.semaphore.release()
+
+    def wake_local(self) -> None:
+        """A task of this client released the lock: wake a local waiter now, without waiting
+        for the unlock message to come back, and let that message's echo pass unseen."""
+        if self.waiting:
+            self._skip_echoes += 1
+            self.semaphore.release()
+
+    def on_message(self, data: str) -> None:
+        if data == READ_UNLOCK_MESSAGE:
+            self.wake_all()
+        elif self._skip_echoes:
+            self._skip_echoes -= 1
+        else:
+            self.wake_one()
+
+    def on_resubscribed(self) -> None:
+        """The connection came back: messages may have been lost, wake every waiter."""
+        self._skip_echoes = 0
+        self.wake_all()
+
+
+class PubSubHub:
+    """One pub/sub connection per client, fanning messages out to wait entries."""
+
+    def __init__(self, pool: ConnectionPool, config: Config) -> None:
+        self._pool = pool
+        self._config = config
+        self._entries: dict[str, Entry] = {}
+        self._outbox: asyncio.Queue[tuple[str, str]] | None = None
+        # SUBSCRIBEs sent per channel and not yet confirmed: an entry is confirmed only by the
+        # confirmation of the last one (an older one may precede a pending UNSUBSCRIBE).
+        self._unconfirmed: dict[str, int] = {}
+        self._runner: asyncio.Task[None] | None = None
+        self._closed = False
+        #: how many times the pub/sub connection was opened (1 + reconnects)
+        self.connections_opened = 0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def channels(self) -> list[str]:
+        return list(self._entries)
+
+    def entry(self, channel: str) -> Entry | None:
+        return self._entries.get(channel)
+
+    async def subscribe(self, channel: str) -> Entry:
+        """Borrow the entry of ``channel``; returns once the subscription is confirmed."""
+        if self._closed:
+            raise ClientClosedError("the client's pub/sub connection is closed")
+        entry = self._entries.get(channel)
+        if entry is None:
+            entry = self._entries[channel] = Entry(channel)
+            self._send("SUBSCRIBE", channel)
+        entry.refs += 1
+        try:
+            if not entry.confirmed.done():
+                await asyncio.shield(entry.confirmed)
+            if self._closed:
+                raise ClientClosedError("the client's pub/sub connection was closed")
+        except BaseException:
+            self.release(entry)
+            raise
+        return entry
+
+    def release(self, entry: Entry) -> None:
+        """Give back an entry; the last holder's release unsubscribes the channel."""
+        entry.refs -= 1
+        if entry.refs == 0 and self._entries.get(entry.channel) is entry:
+            del self._entries[entry.channel]
+            if not self._closed:
+                self._send("UNSUBSCRIBE", entry.channel)
+
+    def notify_released(self, channel: str) -> None:
+        """A lock of this client on ``channel`` was released (see :meth:`Entry.wake_local`)."""
+        entry = self._entries.get(channel)
+        if entry is not None:
+            entry.wake_local()
+
+    async def aclose(self) -> None:
+        """End the reader, close the connection, wake every waiter (they raise closed)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        for entry in self._entries.values():
+            if not entry.confirmed.done():
+                entry.confirmed.set_result(None)
+            entry.wake_all()
+
+    # -- the connection -------------------------------------------------------------------
+
+    def _send(self, command: str, channel: str) -> None:
+        if self._outbox is not None:
+            self._outbox.put_nowait((command, channel))
+            if command == "SUBSCRIBE":
+                self._unconfirmed[channel] = self._unconfirmed.get(channel, 0) + 1
+        if self._runner is None:
+            self._runner = asyncio.get_running_loop().create_task(self._run())
+
+    def _new_connection(self) -> AbstractConnection:
+        kwargs: dict[str, Any] = dict(self._pool.connection_kwargs)
+        kwargs.update(decode_responses=True, protocol=2, health_check_interval=0)
+        return self._pool.connection_class(**kwargs)
+
+    async def _run(self) -> None:
+        """Open the connection, (re)subscribe every channel, read until it drops; repeat."""
+        while not self._closed:
+            conn = self._new_connection()
+            try:
+                await conn.connect()  # type: ignore[no-untyped-call]
+                self.connections_opened += 1
+                reconnected = self.connections_opened > 1
+                self._outbox = asyncio.Queue()
+                channels = list(self._entries)
+                self._unconfirmed = dict.fromkeys(channels, 1)
+                for entry in self._entries.values():
+                    entry.confirmed_at = None
+                if channels:
+                    await conn.send_command("SUBSCRIBE", *channels, check_health=False)
+                writer = asyncio.ensure_future(self._write(conn, self._outbox))
+                try:
+                    await self._read(conn, reconnected)
+                finally:
+                    writer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
+                        await writer
+            except (RedisError, OSError) as exc:
+                logger.warning("aiolock pub/sub connection lost: %r; reconnecting", exc)
+            finally:
+                self._outbox = None
+                with contextlib.suppress(Exception):
+                    await conn.disconnect()
+            if not self._closed:
+                await asyncio.sleep(self._config.pubsub_reconnect_delay)
+
+    async def _write(
+        self, conn: AbstractConnection, outbox: asyncio.Queue[tuple[str, str]]
+    ) -> None:
+        while True:
+            command, channel = await outbox.get()
+            await conn.send_command(command, channel, check_health=False)
+
+    async def _read(self, conn: AbstractConnection, reconnected: bool) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            reply = await conn.read_response(timeout=math.inf)
+            if not isinstance(reply, list) or len(reply) < 3:
+                continue
+            kind, channel, data = reply[0], reply[1], reply[2]
+            if kind == "subscribe":
+                left = self._unconfirmed.pop(channel, 1) - 1
+                if left > 0:
+                    self._unconfirmed[channel] = left
+                    continue
+            entry = self._entries.get(channel)
+            if entry is None:
+                continue
+            if kind == "message":
+                entry.on_message(data)
+            elif kind == "subscribe" and entry.confirmed_at is None:
+                entry.confirmed_at = loop.time()
+                if not entry.confirmed.done():
+                    entry.confirmed.set_result(None)
+                elif reconnected:
+                    entry.on_resubscribed()

@@ -1,0 +1,19 @@
+-- lock_release: drop one hold of a reentrant lock; the last one deletes it and publishes.
+-- KEYS[1]  the lock key (hash: owner id -> hold count)
+-- KEYS[2]  the lock's channel, redisson_lock__channel:{name}
+-- ARGV[1]  the unlock message, "0"
+-- ARGV[2]  lease in milliseconds, set again while holds remain
+-- ARGV[3]  owner id
+-- Returns  nil if the owner holds no count; 0 if holds remain (count -1, TTL reset);
+--          1 if this was the last hold (key deleted, message published).
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if counter > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1

@@ -1,0 +1,122 @@
+"""Shared fixtures: real Redis servers (aiolock.testing) and a fault-injection proxy.
+
+Set AIOLOCK_TEST_REDIS_URL to run against an existing server instead of launching one; it is
+FLUSHALLed before every test that asks for ``redis_url``, and fixtures that kill, pause or
+restart a server skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from asyncio.subprocess import PIPE
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+import aiolock
+from aiolock.testing import ExternalRedis, RedisServer, TcpProxy, external_redis_url
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer | ExternalRedis]:
+    """One Redis server for the whole session (or the AIOLOCK_TEST_REDIS_URL stand-in)."""
+    url = external_redis_url()
+    if url is not None:
+        yield ExternalRedis(url)
+        return
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer | ExternalRedis) -> str:
+    """The session server's URL, FLUSHALLed first so every test starts on an empty database."""
+    if isinstance(redis_server, RedisServer):
+        # A test that broke the shared server must not break the ones after it.
+        if redis_server.is_paused:
+            redis_server.resume()
+        if not redis_server.is_running:
+            redis_server.restart()
+    with redis.Redis.from_url(redis_server.url, socket_timeout=10) as client:
+        client.flushall()
+    return redis_server.url
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    """An asyncio Redis client on the clean session server, closed at teardown."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def fresh_server() -> Iterator[RedisServer]:
+    """A private server that the test may kill, pause or restart; always stopped afterwards."""
+    if external_redis_url() is not None:
+        pytest.skip("needs its own redis-server (AIOLOCK_TEST_REDIS_URL is set)")
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.is_paused:
+            server.resume()
+        server.stop()
+
+
+@pytest.fixture
+async def proxy(redis_url: str) -> AsyncIterator[TcpProxy]:
+    """A started TcpProxy in front of the clean session server; connect through ``proxy.url``."""
+    async with TcpProxy.for_url(redis_url) as tcp_proxy:
+        yield tcp_proxy
+
+
+# --- aiolock fixtures below ---
+
+
+@pytest.fixture
+async def client(redis_client: redis.asyncio.Redis) -> AsyncIterator[aiolock.AioLock]:
+    """An aiolock client on the clean session server, closed at teardown."""
+    async with aiolock.AioLock(redis_client) as lock_client:
+        yield lock_client
+
+
+@pytest.fixture
+async def make_client(redis_url: str) -> AsyncIterator[Callable[..., aiolock.AioLock]]:
+    """A factory of further clients (own connection pool each), all closed at teardown."""
+    made: list[aiolock.AioLock] = []
+
+    def make(url: str = redis_url, **config: Any) -> aiolock.AioLock:
+        made.append(aiolock.from_url(url, **config))
+        return made[-1]
+
+    yield make
+    for each in made:
+        await each.aclose()
+
+
+WORKER = Path(__file__).with_name("proc_worker.py")
+
+
+async def run_worker(*args: str, limit: float = 60) -> list[str]:
+    """Run tests/proc_worker.py in a new process; return its stdout lines (fails on rc != 0)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(WORKER), *args, stdout=PIPE, stderr=PIPE
+    )
+    try:
+        async with asyncio.timeout(limit):
+            out, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    return out.decode().split()

@@ -1,0 +1,189 @@
+"""Cancellation and lost replies: no orphan hold, no double count, releases complete.
+
+Replies and requests are delayed, dropped or cut for real through aiolock.testing.TcpProxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import redis.asyncio
+
+import aiolock
+from aiolock.testing import TcpProxy
+
+
+@pytest.fixture
+async def via_proxy(proxy: TcpProxy) -> AsyncIterator[aiolock.AioLock]:
+    async with aiolock.from_url(proxy.url) as client:
+        await client.redis.ping()  # open a pooled connection before faults start
+        yield client
+
+
+async def eventually(check: Callable[[], Awaitable[object]], within: float = 5) -> None:
+    """Poll state on the server (no event to wait on there) until ``check`` is true."""
+    async with asyncio.timeout(within):
+        while not await check():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def test_cancelled_while_the_acquire_reply_is_in_flight(
+    via_proxy: aiolock.AioLock, proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    """The script ran on the server, the reply is delayed, the caller is cancelled: the hold
+    is released before the CancelledError reaches the caller."""
+    proxy.delay_replies(0.4)
+    task = asyncio.create_task(via_proxy.lock("in-flight").try_lock(lease_time=30))
+    await eventually(lambda: redis_client.exists("in-flight"))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not await redis_client.exists("in-flight")
+    assert via_proxy._holds == {}
+
+
+async def test_cancelled_while_the_acquire_request_is_in_flight(
+    via_proxy: aiolock.AioLock, proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    """The request has not reached the server yet when the caller is cancelled: it must not
+    take the lock when it arrives later."""
+    proxy.delay_requests(0.3)
+    task = asyncio.create_task(via_proxy.lock("late").try_lock(lease_time=30))
+    await asyncio.sleep(0.05)
+    assert not await redis_client.exists("late")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.5)  # past the delay: anything still in flight has arrived
+    assert not await redis_client.exists("late")
+
+
+async def test_outer_timeout_around_a_waiting_acquire(
+    via_proxy: aiolock.AioLock, proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    await redis_client.hset("busy", "someone-else", 1)
+    await redis_client.pexpire("busy", 100)
+    proxy.delay_replies(0.05)
+    # the holder's lease runs out during the wait, so the acquire is in flight at the timeout
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await via_proxy.lock("busy").lock(lease_time=30)
+    proxy.pass_through()
+    await asyncio.sleep(0.2)
+    assert via_proxy._holds == {}
+    assert not await redis_client.exists("busy")  # expired, or taken and then released
+
+
+async def test_unlock_completes_when_its_caller_is_cancelled(
+    via_proxy: aiolock.AioLock, proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    lock = via_proxy.lock("release-me")
+    unlocking = asyncio.Event()
+
+    async def hold_then_unlock() -> None:
+        assert await lock.try_lock()
+        proxy.delay_requests(0.3)  # the release has not reached the server when cancelled
+        unlocking.set()
+        await lock.unlock()
+
+    task = asyncio.create_task(hold_then_unlock())
+    await unlocking.wait()
+    await asyncio.sleep(0.05)
+    assert await redis_client.exists("release-me")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not await redis_client.exists("release-me")
+
+
+async def test_async_with_releases_when_the_body_is_cancelled(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with client.lock("body"):
+            entered.set()
+            await asyncio.sleep(3600)
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not await redis_client.exists("body")
+
+
+async def test_cancel_after_release(client: aiolock.AioLock) -> None:
+    """The race anyio calls test_cancel_after_release: the waiter is granted the lock and
+    cancelled before it resumes. Either it returns holding the lock, or it is cancelled and
+    holds nothing; never a hold without an owner."""
+    lock = client.lock("race")
+    for delay in [0, 0, 0.0001, 0.0002, 0.0005, 0.001, 0.002] * 4:
+        assert await lock.try_lock()
+        waiter = asyncio.create_task(lock.lock())
+        await asyncio.sleep(0.002)  # the waiter is subscribed and waiting
+        await lock.unlock()
+        await asyncio.sleep(delay)
+        waiter.cancel()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            assert not await lock.is_locked(), f"orphan hold after cancel at {delay}"
+        else:
+            assert await lock.is_locked()
+            await lock.force_unlock()
+    assert client.pubsub.channels == []
+
+
+async def test_lost_acquire_reply_is_not_counted_twice(
+    via_proxy: aiolock.AioLock, proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    """The script ran, its reply was lost with the connection: the outcome is resolved by
+    reading the owner's count, not by running the script again."""
+    lock = via_proxy.lock("lost-reply")
+
+    async def take_twice() -> bool:
+        assert await lock.try_lock()
+        proxy.blackhole_replies()
+        return await lock.try_lock()
+
+    task = asyncio.create_task(take_twice())
+    await eventually(lambda: _value_is(redis_client.hvals("lost-reply"), [b"2"]))
+    proxy.pass_through()
+    proxy.reset_connections()
+    assert await task
+    assert await redis_client.hvals("lost-reply") == [b"2"]
+    assert len(via_proxy._holds) == 1
+    assert next(iter(via_proxy._holds.values())).count == 2
+
+
+async def test_lost_request_is_tried_again(
+    via_proxy: aiolock.AioLock, proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    """The request never reached the server: the count shows it did not run, so it is sent
+    again and takes the lock once."""
+    proxy.blackhole_requests()
+    task = asyncio.create_task(via_proxy.lock("lost-request").try_lock())
+    await asyncio.sleep(0.1)
+    proxy.pass_through()
+    proxy.reset_connections()
+    assert await task
+    assert await redis_client.hvals("lost-request") == [b"1"]
+
+
+async def test_unresolvable_outcome_is_an_aiolock_error(
+    via_proxy: aiolock.AioLock, proxy: TcpProxy
+) -> None:
+    proxy.blackhole_replies()
+    task = asyncio.create_task(via_proxy.lock("dark").try_lock())
+    await asyncio.sleep(0.1)
+    await proxy.aclose()  # the server can no longer be reached at all
+    with pytest.raises(aiolock.RedisOperationError):
+        await task
+
+
+async def _value_is(values: Awaitable[object], expected: object) -> bool:
+    return await values == expected

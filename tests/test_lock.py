@@ -1,0 +1,281 @@
+"""The reentrant lock without waiting: holds, leases, ownership, layout, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+import aiolock
+from aiolock.tasks import current_task_id
+from tests.conftest import run_worker
+
+
+async def test_reentrant_in_one_task(client: aiolock.AioLock) -> None:
+    lock = client.lock("order:1")
+    assert await lock.try_lock()
+    assert await lock.try_lock()
+    assert await lock.hold_count() == 2
+    assert await lock.is_held_by_current_task()
+    await lock.unlock()
+    assert await lock.is_locked()
+    assert await lock.hold_count() == 1
+    await lock.unlock()
+    assert not await lock.is_locked()
+    assert await lock.hold_count() == 0
+
+
+async def test_two_lock_objects_of_one_name_share_the_hold(client: aiolock.AioLock) -> None:
+    assert await client.lock("same").try_lock()
+    assert await client.lock("same").try_lock()
+    assert await client.lock("same").hold_count() == 2
+
+
+async def test_another_task_is_excluded(client: aiolock.AioLock) -> None:
+    lock = client.lock("order:2")
+    assert await lock.try_lock()
+
+    async def other() -> tuple[bool, bool, int]:
+        return await lock.try_lock(), await lock.is_held_by_current_task(), await lock.hold_count()
+
+    assert await asyncio.create_task(other()) == (False, False, 0)
+    await lock.unlock()
+    assert await asyncio.create_task(other()) == (True, True, 1)
+
+
+async def test_another_process_is_excluded(client: aiolock.AioLock, redis_url: str) -> None:
+    lock = client.lock("order:3")
+    assert await lock.try_lock()
+    assert await run_worker("try", redis_url, "order:3") == ["False"]
+    await lock.unlock()
+    assert await run_worker("try", redis_url, "order:3") == ["True"]
+
+
+async def test_two_clients_exclude_each_other(make_client: Callable[..., aiolock.AioLock]) -> None:
+    first, second = make_client(), make_client()
+    assert first.id != second.id
+    assert await first.lock("shared").try_lock()
+    assert not await second.lock("shared").try_lock()
+
+
+async def test_redisson_layout(client: aiolock.AioLock, redis_client: redis.asyncio.Redis) -> None:
+    """Key = name, a hash of owner id -> count, TTL = lease; the last release deletes the key
+    and publishes "0" on redisson_lock__channel:{name}."""
+    lock = client.lock("layout")
+    assert await lock.try_lock(lease_time=20)
+    assert await lock.try_lock(lease_time=20)
+    owner = f"{client.id}:{current_task_id()}"
+    assert await redis_client.type("layout") == b"hash"
+    assert await redis_client.hgetall("layout") == {owner.encode(): b"2"}
+    assert 19_000 < await redis_client.pttl("layout") <= 20_000
+
+    pubsub = redis_client.pubsub()
+    await pubsub.subscribe("redisson_lock__channel:{layout}")
+    try:
+        confirmation = await pubsub.get_message(timeout=5)
+        assert confirmation is not None and confirmation["type"] == "subscribe"
+        await lock.unlock()
+        await lock.unlock()
+        message = await pubsub.get_message(timeout=5)
+        assert message is not None
+        assert message["data"] == b"0"
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+    assert not await redis_client.exists("layout")
+
+
+async def test_a_hold_written_by_redisson_excludes_us(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    await redis_client.hset("java", "9b1c-uuid:42", 1)
+    await redis_client.pexpire("java", 10_000)
+    lock = client.lock("java")
+    assert not await lock.try_lock()
+    assert 0 < (await lock.remaining_ttl() or 0) <= 10
+
+
+async def test_default_lease_is_the_watchdog_timeout(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    lock = make_client(watchdog_timeout=7).lock("lease")
+    assert await lock.try_lock()
+    ttl = await lock.remaining_ttl()
+    assert ttl is not None and 6 < ttl <= 7
+
+
+async def test_lease_expiry_frees_the_lock_and_unlock_reports_it(client: aiolock.AioLock) -> None:
+    lock = client.lock("short")
+    assert await lock.try_lock(lease_time=0.2)
+    await asyncio.sleep(0.4)
+    assert not await lock.is_locked()
+    assert await asyncio.create_task(lock.try_lock())
+    with pytest.raises(aiolock.LockLostError, match="short"):
+        await lock.unlock()
+    # the hold is forgotten: a second unlock is plainly "not owned"
+    with pytest.raises(aiolock.LockNotOwnedError):
+        await lock.unlock()
+
+
+async def test_remaining_ttl(client: aiolock.AioLock, redis_client: redis.asyncio.Redis) -> None:
+    lock = client.lock("ttl")
+    assert await lock.remaining_ttl() is None
+    await redis_client.hset("ttl", "someone", 1)
+    assert await lock.remaining_ttl() == math.inf
+
+
+async def test_force_unlock(client: aiolock.AioLock) -> None:
+    lock = client.lock("forced")
+    assert not await lock.force_unlock()
+
+    async def hold() -> None:
+        assert await lock.try_lock()
+
+    await asyncio.create_task(hold())
+    assert await lock.is_locked()
+    assert await lock.force_unlock()
+    assert not await lock.is_locked()
+    assert await lock.try_lock()
+
+
+async def test_force_unlock_of_our_own_hold_forgets_it(client: aiolock.AioLock) -> None:
+    lock = client.lock("forced-own")
+    assert await lock.try_lock()
+    assert await lock.force_unlock()
+    with pytest.raises(aiolock.LockNotOwnedError):
+        await lock.unlock()
+
+
+async def test_unlock_by_a_non_owner(client: aiolock.AioLock) -> None:
+    lock = client.lock("not-mine")
+    with pytest.raises(aiolock.LockNotOwnedError) as info:
+        await lock.unlock()
+    assert "not-mine" in str(info.value)
+    assert f"{client.id}:{current_task_id()}" in str(info.value)
+    assert info.value.owner == f"{client.id}:{current_task_id()}"
+
+    async def hold() -> None:
+        assert await lock.try_lock()
+
+    await asyncio.create_task(hold())
+    with pytest.raises(aiolock.LockNotOwnedError):
+        await lock.unlock()
+    assert await lock.is_locked()
+
+
+async def test_async_with_releases_on_error(client: aiolock.AioLock) -> None:
+    lock = client.lock("ctx")
+    with pytest.raises(RuntimeError):
+        async with lock:
+            assert await lock.hold_count() == 1
+            raise RuntimeError
+    assert not await lock.is_locked()
+
+
+async def test_task_ids_are_not_reused() -> None:
+    async def task_id() -> int:
+        return current_task_id()
+
+    ids = [await asyncio.create_task(task_id()) for _ in range(100)]
+    assert len(set(ids)) == 100
+    assert current_task_id() == current_task_id()
+
+
+# -- bad input: fails at once, before any Redis call ------------------------------------------
+# The client points at a port where nothing listens: a Redis call would raise a connection error.
+
+
+@pytest.fixture
+async def offline() -> Any:
+    async with aiolock.from_url("redis://127.0.0.1:1/0") as client:
+        yield client
+
+
+@pytest.mark.parametrize("name", ["", None, 1, b"bytes"])
+async def test_bad_names(offline: aiolock.AioLock, name: Any) -> None:
+    with pytest.raises(ValueError if name == "" else TypeError):
+        offline.lock(name)
+
+
+BAD_TIMES = [-1, -0.001, math.nan, math.inf, -math.inf, "1", True, None]
+
+
+@pytest.mark.parametrize("value", BAD_TIMES)
+async def test_bad_wait_time(offline: aiolock.AioLock, value: Any) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        await offline.lock("x").try_lock(wait_time=value)
+
+
+@pytest.mark.parametrize("value", [*BAD_TIMES[:-1], 0, 0.0])
+async def test_bad_lease_time(offline: aiolock.AioLock, value: Any) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        await offline.lock("x").try_lock(lease_time=value)
+    with pytest.raises((TypeError, ValueError)):
+        await offline.lock("x").lock(lease_time=value)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"watchdog_timeout": 0},
+        {"watchdog_timeout": -1},
+        {"watchdog_timeout": math.nan},
+        {"cleanup_timeout": math.inf},
+        {"retry_attempts": -1},
+        {"retry_attempts": 1.5},
+    ],
+)
+def test_bad_config(settings: dict[str, Any]) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        aiolock.Config(**settings)
+
+
+async def test_bad_client_arguments() -> None:
+    with pytest.raises(TypeError):
+        aiolock.AioLock("redis://localhost")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        aiolock.AioLock(redis.asyncio.Redis(), config={})  # type: ignore[arg-type]
+
+
+async def test_closed_client(redis_client: redis.asyncio.Redis) -> None:
+    client = aiolock.AioLock(redis_client)
+    lock = client.lock("closed")
+    await client.aclose()
+    await client.aclose()  # idempotent
+    assert client.closed
+    for call in (lock.try_lock(), lock.lock(), lock.unlock(), lock.is_locked()):
+        with pytest.raises(aiolock.ClientClosedError):
+            await call
+    # a client made on a caller's Redis leaves that Redis open
+    assert await redis_client.ping()
+
+
+async def test_client_is_bound_to_one_event_loop(redis_url: str) -> None:
+    client = aiolock.from_url(redis_url)
+    assert await client.lock("loop").try_lock(lease_time=5)
+
+    def elsewhere() -> None:
+        async def use() -> None:
+            await client.lock("loop").is_locked()
+
+        asyncio.run(use())
+
+    with pytest.raises(aiolock.WrongEventLoopError):
+        await asyncio.to_thread(elsewhere)
+    await client.aclose()
+
+
+def test_public_api() -> None:
+    assert sorted(aiolock.__all__) == sorted(
+        name
+        for name in vars(aiolock)
+        if (not name.startswith("_") and name[0].isupper())
+        or name in {"from_url", "configure", "alock"}
+    )
+    for name in aiolock.__all__:
+        assert getattr(aiolock, name).__module__.startswith("aiolock")
+    assert issubclass(aiolock.LockTimeout, TimeoutError)
+    assert issubclass(aiolock.LockLostError, aiolock.LockNotOwnedError)
