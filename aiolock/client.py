@@ -11,9 +11,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import scripts
 from .config import Config
-from .errors import ClientClosedError, WrongEventLoopError
+from .errors import ClientClosedError, RedisOperationError, WrongEventLoopError
 from .keys import check_name
 from .pubsub import PubSubHub
 from .tasks import current_task_id
@@ -49,6 +53,10 @@ class AioLock:
         self._holds: dict[tuple[str, str], Hold] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.pubsub = PubSubHub(redis.connection_pool, self.config)
+        pool_size = redis.connection_pool.max_connections
+        self._slots = asyncio.Semaphore(
+            self.config.max_concurrent_commands or max(1, pool_size // 2)
+        )
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -115,6 +123,28 @@ class AioLock:
     def owner(self) -> str:
         """The owner id of the running task: ``<client uuid>:<task id>``."""
         return f"{self.id}:{current_task_id()}"
+
+    async def run_script(
+        self, script: scripts.Script, keys: tuple[str, ...], args: tuple[Any, ...]
+    ) -> Any:
+        """Run a lock script once (see :func:`aiolock.scripts.run`), waiting for a slot."""
+        async with self._slots:
+            return await scripts.run(self.redis.connection_pool, script, keys, args)
+
+    async def read(self, command: Callable[[], Awaitable[T]], what: str) -> T:
+        """Run a read-only command, retried on a broken connection since it is idempotent;
+        Redis errors become :class:`RedisOperationError`."""
+        attempts = self.config.retry_attempts + 1
+        async with self._slots:
+            for attempt in range(attempts):
+                try:
+                    return await command()
+                except (RedisConnectionError, RedisTimeoutError) as exc:
+                    if attempt == attempts - 1:
+                        raise RedisOperationError(f"{what} failed: {exc}") from exc
+                except RedisError as exc:
+                    raise RedisOperationError(f"{what} failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``coro`` in a background task that :meth:`aclose` waits for."""

@@ -21,18 +21,29 @@ class Config:
         resolved as "did not run" (a script that did run is never run again).
     pubsub_reconnect_delay:
         Pause between attempts to re-open the shared pub/sub connection after it dropped.
+    max_concurrent_commands:
+        How many Redis commands of this client may be in flight at once; more wait their
+        turn instead of failing with redis-py's "Too many connections". Default: half of
+        the connection pool's ``max_connections``, leaving the rest to the application.
     """
 
     watchdog_timeout: float = 30.0
     cleanup_timeout: float = 5.0
     retry_attempts: int = 3
     pubsub_reconnect_delay: float = 0.2
+    max_concurrent_commands: int | None = None
 
     def __post_init__(self) -> None:
         check_seconds(self.watchdog_timeout, "watchdog_timeout", positive=True)
         check_seconds(self.cleanup_timeout, "cleanup_timeout", positive=True)
         check_seconds(self.pubsub_reconnect_delay, "pubsub_reconnect_delay", positive=True)
-        if isinstance(self.retry_attempts, bool) or not isinstance(self.retry_attempts, int):
-            raise TypeError("retry_attempts must be an int")
-        if self.retry_attempts < 0:
-            raise ValueError(f"retry_attempts must be >= 0, got {self.retry_attempts}")
+        _check_int(self.retry_attempts, "retry_attempts", minimum=0)
+        if self.max_concurrent_commands is not None:
+            _check_int(self.max_concurrent_commands, "max_concurrent_commands", minimum=1)
+
+
+def _check_int(value: object, what: str, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value}")

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
 from .errors import (
@@ -223,8 +221,7 @@ class Lock:
         client = self._client
         client.check()
         try:
-            deleted = await scripts.run(
-                client.redis.connection_pool,
+            deleted = await client.run_script(
                 scripts.LOCK_FORCE_UNLOCK,
                 (self.name, self._channel),
                 (UNLOCK_MESSAGE,),
@@ -255,11 +252,10 @@ class Lock:
         When its reply is lost the owner's count on the server tells what happened: if the
         script ran, ``ran_reply`` stands for its reply; if it did not, it is tried again (at
         most ``config.retry_attempts`` times); anything else is reported as unresolved."""
-        pool = self._client.redis.connection_pool
         attempts = self._client.config.retry_attempts + 1
         for attempt in range(attempts):
             try:
-                return await scripts.run(pool, script, keys, args)
+                return await self._client.run_script(script, keys, args)
             except scripts.OutcomeUnknown as exc:
                 count = await self._server_count(owner)
                 if ran_if(count):
@@ -282,17 +278,7 @@ class Lock:
     # -- inspecting ---------------------------------------------------------------------------
 
     async def _read(self, command: Callable[[], Awaitable[T]]) -> T:
-        """Run a read-only command; being idempotent it is retried on a broken connection."""
-        attempts = self._client.config.retry_attempts + 1
-        for attempt in range(attempts):
-            try:
-                return await command()
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                if attempt == attempts - 1:
-                    raise RedisOperationError(f"reading lock {self.name!r} failed: {exc}") from exc
-            except RedisError as exc:
-                raise RedisOperationError(f"reading lock {self.name!r} failed: {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self._client.read(command, f"reading lock {self.name!r}")
 
     async def is_locked(self) -> bool:
         """True if any owner holds the lock."""

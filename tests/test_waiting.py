@@ -1,0 +1,272 @@
+"""Waiting without polling: the shared pub/sub fan-out, lock(), try_lock(wait_time), alock()."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import redis.asyncio
+
+import aiolock
+from aiolock.default import default_client
+from tests.conftest import run_worker
+
+
+async def eventually(check: Callable[[], Awaitable[object]], within: float = 5) -> None:
+    """Poll state on the server (no event to wait on there) until ``check`` is true."""
+    async with asyncio.timeout(within):
+        while not await check():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+async def script_calls(redis_client: redis.asyncio.Redis) -> int:
+    stats = await redis_client.info("commandstats")
+    return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval"))
+
+
+async def numsub(redis_client: redis.asyncio.Redis, *channels: str) -> list[int]:
+    return [count for _, count in await redis_client.pubsub_numsub(*channels)]
+
+
+class Waiters:
+    """Tasks that take a lock, report it, and hold it until told to let go."""
+
+    def __init__(self, lock: aiolock.Lock) -> None:
+        self.lock = lock
+        self.acquired: list[int] = []
+        self.let_go: dict[int, asyncio.Event] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, count: int) -> None:
+        for _ in range(count):
+            index = len(self.tasks)
+            self.let_go[index] = asyncio.Event()
+            self.tasks.append(asyncio.create_task(self._run(index)))
+
+    async def _run(self, index: int) -> None:
+        async with self.lock:
+            self.acquired.append(index)
+            await self.let_go[index].wait()
+
+    async def drain(self) -> None:
+        """Let each holder go in turn once it has the lock; never two at once."""
+        for turn in range(len(self.tasks)):
+            await eventually(lambda turn=turn: _true(len(self.acquired) > turn))
+            assert len(self.acquired) == turn + 1
+            self.let_go[self.acquired[turn]].set()
+        await asyncio.gather(*self.tasks)
+        assert sorted(self.acquired) == list(range(len(self.tasks)))
+
+
+async def test_one_release_wakes_one_local_waiter(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    lock = client.lock("one-by-one")
+    assert await lock.try_lock(lease_time=30)
+    waiters = Waiters(lock)
+    waiters.start(5)
+    await eventually(lambda: _true(client.pubsub.entry(lock._channel) is not None))
+    await asyncio.sleep(0.1)  # all five subscribed and waiting
+    before = await script_calls(redis_client)
+    await lock.unlock()
+    await eventually(lambda: _true(len(waiters.acquired) == 1))
+    await asyncio.sleep(0.2)
+    assert len(waiters.acquired) == 1
+    # the release, plus one attempt by the one waiter woken: no herd of retries
+    assert await script_calls(redis_client) - before <= 3
+    await waiters.drain()
+
+
+async def test_waiters_do_not_poll(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    """10 waiters for 2 s make no attempt while the lock stays held, and a few in all."""
+    lock = client.lock("no-polling")
+    assert await lock.try_lock(lease_time=30)
+    await redis_client.config_resetstat()
+    waiters = Waiters(lock)
+    waiters.start(10)
+    await asyncio.sleep(0.3)
+    settled = await script_calls(redis_client)
+    assert settled <= 10 * 2  # a try before and after subscribing, at most
+    await asyncio.sleep(2)
+    assert await script_calls(redis_client) == settled  # nothing while the lock is held
+    await lock.unlock()
+    await waiters.drain()
+    per_waiter = await script_calls(redis_client) / 10
+    assert per_waiter <= 5, per_waiter  # attempts + its release, not one per poll interval
+
+
+async def test_100_waiters_on_20_locks_share_one_pubsub_connection(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    locks = [client.lock(f"many:{i}") for i in range(20)]
+    for lock in locks:
+        assert await lock.try_lock(lease_time=30)
+    groups = [Waiters(lock) for lock in locks]
+    for group in groups:
+        group.start(5)
+    channels = [lock._channel for lock in locks]
+    await eventually(lambda: _equal(numsub(redis_client, *channels), [1] * 20))
+    pubsub_clients = await redis_client.client_list(_type="pubsub")
+    assert len(pubsub_clients) == 1
+    assert client.pubsub.connections_opened == 1
+
+    for lock in locks:
+        await lock.unlock()
+    for group in groups:
+        await group.drain()
+    await eventually(lambda: _equal(numsub(redis_client, *channels), [0] * 20))
+    assert client.pubsub.channels == []
+
+
+async def test_cancelled_waiters_leave_no_subscription(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    locks = [client.lock(f"cancelled:{i}") for i in range(20)]
+    for lock in locks:
+        assert await lock.try_lock(lease_time=30)
+    tasks = [asyncio.create_task(lock.lock()) for lock in locks for _ in range(5)]
+    channels = [lock._channel for lock in locks]
+    await eventually(lambda: _equal(numsub(redis_client, *channels), [1] * 20))
+    for task in tasks:
+        task.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)
+    assert client.pubsub.channels == []
+    await eventually(lambda: _equal(numsub(redis_client, *channels), [0] * 20))
+    assert [await lock.hold_count() for lock in locks] == [1] * 20  # ours, untouched
+
+
+async def test_waiters_recover_after_the_pubsub_connection_is_killed(
+    client: aiolock.AioLock,
+    make_client: Callable[..., aiolock.AioLock],
+    redis_client: redis.asyncio.Redis,
+) -> None:
+    """Another client's unlock message is published while our pub/sub connection is down (so
+    it is lost): the waiters are woken on reconnect, not 30 s later by the holder's TTL."""
+    holder = make_client().lock("killed")
+    assert await holder.try_lock(lease_time=30)
+    lock = client.lock("killed")
+    waiters = Waiters(lock)
+    waiters.start(3)
+    await eventually(lambda: _equal(numsub(redis_client, lock._channel), [1]))
+    await redis_client.client_kill_filter(_type="pubsub")
+    await holder.unlock()
+    await waiters.drain()
+    assert client.pubsub.connections_opened >= 2
+
+
+async def test_three_processes_hammer_one_lock(redis_url: str) -> None:
+    results = await asyncio.gather(
+        *(run_worker("hammer", redis_url, "hammered", "20", "10") for _ in range(3))
+    )
+    assert results == [["0", "200"]] * 3  # no overlap seen by the guard, every round done
+
+
+async def test_try_lock_gives_up_after_wait_time(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    lock = client.lock("give-up")
+    assert await lock.try_lock(lease_time=30)
+
+    async def other() -> tuple[bool, float]:
+        started = time.monotonic()
+        return await lock.try_lock(wait_time=0.3), time.monotonic() - started
+
+    taken, waited = await asyncio.create_task(other())
+    assert not taken
+    assert waited >= 0.3
+    await eventually(lambda: _equal(numsub(redis_client, lock._channel), [0]))
+
+
+async def test_a_wait_is_bounded_by_the_holders_lease(client: aiolock.AioLock) -> None:
+    """No unlock message ever comes (the holder's lease expires): the waiter retries when
+    the holder's TTL runs out."""
+    lock = client.lock("expiring")
+    assert await lock.try_lock(lease_time=0.3)
+    assert await asyncio.create_task(lock.try_lock(wait_time=5))
+
+
+async def test_force_unlock_wakes_waiters(client: aiolock.AioLock) -> None:
+    lock = client.lock("forced-wake")
+    assert await lock.try_lock(lease_time=30)
+    waiter = asyncio.create_task(lock.try_lock(wait_time=10))
+    await asyncio.sleep(0.1)
+    assert await lock.force_unlock()
+    assert await waiter
+
+
+async def test_aclose_wakes_waiters_with_an_error(redis_url: str) -> None:
+    holder = aiolock.from_url(redis_url)
+    waiting = aiolock.from_url(redis_url)
+    try:
+        assert await holder.lock("closing").try_lock(lease_time=30)
+        waiter = asyncio.create_task(waiting.lock("closing").lock())
+        await asyncio.sleep(0.1)
+        await waiting.aclose()
+        with pytest.raises(aiolock.ClientClosedError):
+            await waiter
+    finally:
+        await holder.aclose()
+        await waiting.aclose()
+
+
+# -- the process default client ------------------------------------------------------------
+
+
+@pytest.fixture
+async def default(redis_url: str) -> AsyncIterator[str]:
+    aiolock.configure(redis_url)
+    yield redis_url
+    await default_client().aclose()
+    aiolock.configure(aiolock.default.DEFAULT_URL)
+
+
+async def test_alock(default: str) -> None:
+    async with aiolock.alock("default-lock") as lock:
+        assert await lock.is_held_by_current_task()
+    assert not await lock.is_locked()
+
+
+async def test_alock_times_out(default: str, client: aiolock.AioLock) -> None:
+    assert await client.lock("default-busy").try_lock(lease_time=30)
+    with pytest.raises(aiolock.LockTimeout) as info:
+        async with aiolock.alock("default-busy", wait_time=0.1):
+            pytest.fail("must not enter")
+    assert isinstance(info.value, TimeoutError)
+    assert info.value.name == "default-busy"
+
+
+async def test_default_url_from_environment(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    aiolock.configure(aiolock.default.DEFAULT_URL)
+    monkeypatch.setattr(aiolock.default, "_configured", None)
+    monkeypatch.setenv("AIOLOCK_URL", redis_url)
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    try:
+        async with aiolock.alock("from-env", lease_time=5):
+            pass
+    finally:
+        await default_client().aclose()
+
+
+async def test_configure_rejects_bad_input() -> None:
+    with pytest.raises(TypeError):
+        aiolock.configure(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        aiolock.configure("redis://localhost", watchdog_timeout=-1)
+    with pytest.raises(ValueError):
+        async with aiolock.alock(""):
+            pass
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _equal(value: Awaitable[object], expected: object) -> bool:
+    return await value == expected
