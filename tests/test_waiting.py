@@ -53,7 +53,7 @@ class Waiters:
     async def drain(self) -> None:
         """Let each holder go in turn once it has the lock; never two at once."""
         for turn in range(len(self.tasks)):
-            await eventually(lambda turn=turn: _true(len(self.acquired) > turn))
+            await eventually(lambda: _true(len(self.acquired) > turn))  # noqa: B023 (awaited here)
             assert len(self.acquired) == turn + 1
             self.let_go[self.acquired[turn]].set()
         await asyncio.gather(*self.tasks)
