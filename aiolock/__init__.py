@@ -13,6 +13,7 @@ from .errors import LockNotOwnedError as LockNotOwnedError
 from .errors import LockTimeout as LockTimeout
 from .errors import RedisOperationError as RedisOperationError
 from .errors import WrongEventLoopError as WrongEventLoopError
+from .fenced_lock import FencedLock as FencedLock
 from .lock import Lock as Lock
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "AioLockError",
     "ClientClosedError",
     "Config",
+    "FencedLock",
     "Lock",
     "LockError",
     "LockLostError",

@@ -21,9 +21,12 @@ from .errors import ClientClosedError, RedisOperationError, WrongEventLoopError
 from .keys import check_name
 from .pubsub import PubSubHub
 from .tasks import current_task_id
+from .watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from .lock import Hold, Lock
+    from .fenced_lock import FencedLock
+    from .holds import Hold
+    from .lock import Lock
 
 T = TypeVar("T")
 logger = logging.getLogger("aiolock")
@@ -53,6 +56,7 @@ class AioLock:
         self._holds: dict[tuple[str, str], Hold] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.pubsub = PubSubHub(redis.connection_pool, self.config)
+        self.watchdog = Watchdog(self)
         pool_size = redis.connection_pool.max_connections
         self._slots = asyncio.Semaphore(
             self.config.max_concurrent_commands or max(1, pool_size // 2)
@@ -69,6 +73,12 @@ class AioLock:
         from .lock import Lock
 
         return Lock(self, check_name(name))
+
+    def fenced_lock(self, name: str) -> FencedLock:
+        """The fenced lock called ``name``: a lock whose acquisitions return fencing tokens."""
+        from .fenced_lock import FencedLock
+
+        return FencedLock(self, check_name(name))
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -96,11 +106,14 @@ class AioLock:
         if self._closed:
             return
         self._closed = True
+        await self.watchdog.aclose()
         await self.pubsub.aclose()
         if self._background:
             await asyncio.wait(self._background, timeout=self.config.cleanup_timeout)
             for task in self._background:
                 task.cancel()
+        for hold in self._holds.values():
+            hold.end()
         self._holds.clear()
         if self._owns_redis:
             await self.redis.aclose()

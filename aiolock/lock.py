@@ -4,36 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
 from redis.exceptions import RedisError
 
 from . import scripts
-from .errors import (
-    ClientClosedError,
-    LockLostError,
-    LockNotOwnedError,
-    RedisOperationError,
-)
+from .errors import ClientClosedError, LockLostError, LockNotOwnedError, RedisOperationError
+from .holds import Hold, LostCallback
 from .keys import UNLOCK_MESSAGE, check_seconds, lock_channel, to_millis
 
 if TYPE_CHECKING:
     from .client import AioLock
 
 T = TypeVar("T")
-
-
-@dataclass(eq=False, slots=True)
-class Hold:
-    """What this client knows of one owner's hold on one lock."""
-
-    name: str
-    owner: str
-    count: int
-    lease_ms: int
 
 
 class Lock:
@@ -53,26 +40,26 @@ class Lock:
         self._channel = lock_channel(name)
 
     def __repr__(self) -> str:
-        return f"<aiolock.Lock {self.name!r}>"
+        return f"<aiolock.{type(self).__name__} {self.name!r}>"
 
     # -- acquiring --------------------------------------------------------------------------
 
     async def try_lock(self, wait_time: float = 0, lease_time: float | None = None) -> bool:
         """Take the lock, waiting at most ``wait_time`` seconds; True if taken.
 
-        ``lease_time`` (seconds) bounds the hold: the key expires after it and is never renewed.
-        Without it the lease is ``config.watchdog_timeout``.
+        With ``lease_time`` (seconds) the hold expires after it and is never renewed; without
+        it the lease is ``config.watchdog_timeout`` and the watchdog renews it while held.
         """
         wait = check_seconds(wait_time, "wait_time")
         lease_ms = self._lease_ms(lease_time)
         self._client.check()
-        return await self._acquire(self._client.owner(), lease_ms, wait)
+        return await self._acquire(self._client.owner(), lease_ms, lease_time is None, wait)
 
     async def lock(self, lease_time: float | None = None) -> None:
         """Take the lock, waiting as long as it takes."""
         lease_ms = self._lease_ms(lease_time)
         self._client.check()
-        await self._acquire(self._client.owner(), lease_ms, None)
+        await self._acquire(self._client.owner(), lease_ms, lease_time is None, None)
 
     async def __aenter__(self) -> Lock:
         await self.lock()
@@ -91,12 +78,12 @@ class Lock:
             return to_millis(self._client.config.watchdog_timeout)
         return to_millis(check_seconds(lease_time, "lease_time", positive=True))
 
-    async def _acquire(self, owner: str, lease_ms: int, wait: float | None) -> bool:
+    async def _acquire(self, owner: str, lease_ms: int, renew: bool, wait: float | None) -> bool:
         """Redisson's loop: try; subscribe; retry; then wait for a release message (at most
         the holder's TTL or the time left) before each further try."""
         loop = asyncio.get_running_loop()
         sent_at = loop.time()
-        ttl = await self._attempt(owner, lease_ms)
+        ttl = await self._attempt(owner, lease_ms, renew)
         if ttl is None:
             return True
         if wait is not None and wait <= 0:
@@ -108,7 +95,7 @@ class Lock:
             # A release between our try and a subscription confirmed after it sent no message
             # we could see: try again. A subscription confirmed before the try needs no retry.
             if entry.confirmed_at is None or entry.confirmed_at > sent_at:
-                ttl = await self._attempt(owner, lease_ms)
+                ttl = await self._attempt(owner, lease_ms, renew)
                 if ttl is None:
                     return True
             while True:
@@ -121,19 +108,19 @@ class Lock:
                 await entry.wait(timeout)
                 if hub.closed:
                     raise ClientClosedError(f"client closed while waiting for lock {self.name!r}")
-                ttl = await self._attempt(owner, lease_ms)
+                ttl = await self._attempt(owner, lease_ms, renew)
                 if ttl is None:
                     return True
         finally:
             hub.release(entry)
 
-    async def _attempt(self, owner: str, lease_ms: int) -> int | None:
+    async def _attempt(self, owner: str, lease_ms: int, renew: bool) -> int | None:
         """One acquire, safe against cancellation: None if taken, else the holder's TTL (ms).
 
         If the caller is cancelled while the script is in flight, the script still completes
         and a hold it obtained is released before the CancelledError propagates."""
         return await self._client.run_shielded(
-            self._acquire_once(owner, lease_ms), undo=self._undo_acquire(owner)
+            self._acquire_once(owner, lease_ms, renew), undo=self._undo_acquire(owner)
         )
 
     def _undo_acquire(self, owner: str) -> Callable[[int | None], Awaitable[None]]:
@@ -144,25 +131,48 @@ class Lock:
 
         return undo
 
-    async def _acquire_once(self, owner: str, lease_ms: int) -> int | None:
+    async def _acquire_once(self, owner: str, lease_ms: int, renew: bool) -> int | None:
         holds = self._client._holds
         hold = holds.get((self.name, owner))
+        if hold is not None and hold.lost is not None:
+            self._forget(hold)  # a new hold starts afresh
+            hold = None
         before = hold.count if hold is not None else 0
-        ttl = await self._run_resolved(
-            scripts.LOCK_ACQUIRE,
-            (self.name,),
+        sent_at = asyncio.get_running_loop().time()
+        script, keys = self._acquire_script()
+        reply = await self._run_resolved(
+            script,
+            keys,
             (lease_ms, owner),
             owner,
             ran_if=lambda count: count == before + 1,
             not_run_if=lambda count: count == before,
-            ran_reply=None,
+            ran_reply=self._resolved_acquire_reply,
         )
+        ttl, token = self._parse_acquire_reply(reply)
         if ttl is not None:
-            return int(ttl)
+            return ttl
         if hold is None:
-            hold = holds[(self.name, owner)] = Hold(self.name, owner, 0, lease_ms)
+            hold = holds[(self.name, owner)] = Hold(self.name, owner, lease_ms)
         hold.count += 1
         hold.lease_ms = lease_ms
+        hold.token = token if token is not None else hold.token
+        hold.confirm(sent_at)
+        if renew and not hold.renewed:
+            self._client.watchdog.register(hold)
+        return None
+
+    # The acquire script and its reply, overridden by the fenced lock.
+
+    def _acquire_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
+        return scripts.LOCK_ACQUIRE, (self.name,)
+
+    def _parse_acquire_reply(self, reply: Any) -> tuple[int | None, int | None]:
+        """(holder's TTL or None if acquired, fencing token or None)."""
+        return (None if reply is None else int(reply)), None
+
+    async def _resolved_acquire_reply(self) -> Any:
+        """The reply an acquire that is known to have run would have given."""
         return None
 
     # -- releasing --------------------------------------------------------------------------
@@ -172,67 +182,115 @@ class Lock:
 
         Shielded: once called, the release completes even if the caller is cancelled.
         Raises LockNotOwnedError if the current task holds no count of this lock, and
-        LockLostError if it did but the lease ran out or the lock was force-unlocked.
+        LockLostError if it did but the hold was lost (lease expired, force-unlocked, or
+        renewal not confirmed in time).
         """
         client = self._client
         client.check()
-        owner = client.owner()
-        hold = client._holds.get((self.name, owner))
+        hold = self._current_hold()
+        await client.run_shielded(self._release_once(hold))
+
+    def _current_hold(self) -> Hold:
+        owner = self._client.owner()
+        hold = self._client._holds.get((self.name, owner))
         if hold is None:
             raise LockNotOwnedError(
                 f"lock {self.name!r} is not held by the current task (owner id {owner})",
                 name=self.name,
                 owner=owner,
             )
-        await client.run_shielded(self._release_once(hold))
+        return hold
 
     async def _release_once(self, hold: Hold) -> None:
-        before = hold.count
-        released = await self._run_resolved(
-            scripts.LOCK_RELEASE,
-            (self.name, self._channel),
-            (UNLOCK_MESSAGE, hold.lease_ms, hold.owner),
-            hold.owner,
-            ran_if=lambda count: count == before - 1,
-            not_run_if=lambda count: count == before,
-            ran_reply=1 if before == 1 else 0,
-        )
-        if released is None:
-            self._forget(hold)
-            raise LockLostError(
-                f"lock {self.name!r} was no longer held by {hold.owner}: its lease expired "
-                "or it was force-unlocked",
-                name=self.name,
-                owner=hold.owner,
+        if hold.lost is None:
+            before = hold.count
+            released = await self._run_resolved(
+                scripts.LOCK_RELEASE,
+                (self.name, self._channel),
+                (UNLOCK_MESSAGE, hold.lease_ms, hold.owner),
+                hold.owner,
+                ran_if=lambda count: count == before - 1,
+                not_run_if=lambda count: count == before,
+                ran_reply=lambda: _constant(1 if before == 1 else 0),
             )
+            if released is not None:
+                hold.count -= 1
+                if released == 1 or hold.count <= 0:
+                    self._forget(hold)
+                if released == 1:
+                    self._client.pubsub.notify_released(self._channel)
+                return
+            hold.mark_lost("its lease expired or it was force-unlocked")
+        # Each unlock of a lost hold reports the loss and uses up one count; no Redis call:
+        # whatever is left of it on the server expires with its lease, never renewed again.
         hold.count -= 1
-        if released == 1 or hold.count <= 0:
+        if hold.count <= 0:
             self._forget(hold)
-        if released == 1:
-            self._client.pubsub.notify_released(self._channel)
+        assert hold.lost is not None
+        raise LockLostError(str(hold.lost), name=self.name, owner=hold.owner)
 
     def _forget(self, hold: Hold) -> None:
+        hold.end()
+        if hold.renewed:
+            self._client.watchdog.unregister(hold)
         holds = self._client._holds
         if holds.get((hold.name, hold.owner)) is hold:
             del holds[(hold.name, hold.owner)]
 
     async def force_unlock(self) -> bool:
-        """Delete the lock whoever holds it and wake its waiters; True if it was held."""
+        """Delete the lock whoever holds it and wake its waiters; True if it was held.
+
+        Holds of this client on the lock are marked lost (their guards are cancelled)."""
         client = self._client
         client.check()
         try:
             deleted = await client.run_script(
-                scripts.LOCK_FORCE_UNLOCK,
-                (self.name, self._channel),
-                (UNLOCK_MESSAGE,),
+                scripts.LOCK_FORCE_UNLOCK, (self.name, self._channel), (UNLOCK_MESSAGE,)
             )
         except (RedisError, scripts.OutcomeUnknown) as exc:
             raise RedisOperationError(f"force_unlock of {self.name!r} failed: {exc}") from exc
         for hold in [h for h in client._holds.values() if h.name == self.name]:
-            self._forget(hold)
+            hold.mark_lost("it was force-unlocked")
+            if hold.renewed:
+                client.watchdog.unregister(hold)
         if deleted:
             client.pubsub.notify_released(self._channel)
         return bool(deleted)
+
+    # -- losing -------------------------------------------------------------------------------
+
+    def on_lost(self, callback: LostCallback) -> Callable[[], None]:
+        """Call ``callback(LockLostError)`` once if the current task's hold is lost.
+
+        The hold is lost when a renewal finds the lock gone, when its lease runs out before a
+        renewal is confirmed (e.g. Redis unreachable), or when it is force-unlocked. The
+        callback runs soon after, from the event loop (a coroutine result is run as a task);
+        it must not block. Returns a function that removes the callback.
+        Raises LockNotOwnedError if the current task does not hold the lock.
+        """
+        self._client.check()
+        return self._current_hold().add_callback(callback)
+
+    @asynccontextmanager
+    async def guard(self, lease_time: float | None = None) -> AsyncIterator[Lock]:
+        """Hold the lock for the body and cancel the body if the hold is lost.
+
+        ``async with lock.guard():`` takes the lock like ``async with lock:``; when the hold
+        is lost, the body is cancelled (an anyio cancel scope) and LockLostError is raised
+        from the ``async with``, so work done under a lock you no longer hold stops.
+        """
+        await self.lock(lease_time)
+        hold = self._current_hold()
+        with anyio.CancelScope() as scope:
+            remove = hold.add_callback(lambda _: scope.cancel())
+            try:
+                yield self
+            finally:
+                remove()
+                if hold.lost is None:
+                    await self.unlock()
+        if hold.lost is not None:
+            await self.unlock()  # raises LockLostError
 
     # -- running scripts whose reply may be lost ----------------------------------------------
 
@@ -245,12 +303,12 @@ class Lock:
         *,
         ran_if: Callable[[int], bool],
         not_run_if: Callable[[int], bool],
-        ran_reply: Any,
+        ran_reply: Callable[[], Awaitable[Any]],
     ) -> Any:
         """Run a lock script that changes ``owner``'s count, never blindly twice.
 
         When its reply is lost the owner's count on the server tells what happened: if the
-        script ran, ``ran_reply`` stands for its reply; if it did not, it is tried again (at
+        script ran, ``ran_reply()`` stands for its reply; if it did not, it is tried again (at
         most ``config.retry_attempts`` times); anything else is reported as unresolved."""
         attempts = self._client.config.retry_attempts + 1
         for attempt in range(attempts):
@@ -259,13 +317,15 @@ class Lock:
             except scripts.OutcomeUnknown as exc:
                 count = await self._server_count(owner)
                 if ran_if(count):
-                    return ran_reply
-                if not not_run_if(count) or attempt == attempts - 1:
+                    return await ran_reply()
+                if not not_run_if(count):
                     raise RedisOperationError(
                         f"{script.name} on {self.name!r}: {exc}; the owner's count is now "
                         f"{count}, so the outcome is unknown"
-                        if not not_run_if(count)
-                        else f"{script.name} on {self.name!r} failed {attempts} times: {exc}"
+                    ) from exc
+                if attempt == attempts - 1:
+                    raise RedisOperationError(
+                        f"{script.name} on {self.name!r} failed {attempts} times: {exc}"
                     ) from exc
             except RedisError as exc:
                 raise RedisOperationError(f"{script.name} on {self.name!r} failed: {exc}") from exc
@@ -305,3 +365,7 @@ class Lock:
         if pttl == -1:
             return math.inf
         return pttl / 1000
+
+
+async def _constant(value: T) -> T:
+    return value

@@ -1,9 +1,13 @@
 """A lock user in a process of its own, driven by the tests (see ``run_worker``).
 
 proc_worker.py try URL NAME                    print "True"/"False" of try_lock()
-proc_worker.py hold URL NAME SECONDS           lock, print "locked", sleep, unlock
+proc_worker.py hold URL NAME SECONDS [WD]      lock (watchdog timeout WD), print "locked",
+                                               sleep, unlock
 proc_worker.py hammer URL NAME TASKS ROUNDS    TASKS tasks x ROUNDS `async with lock` with
                                                an INCR/DECR guard; print overlaps, rounds
+proc_worker.py fenced-guard URL NAME WD        take a fenced lock, print "token N", hold it
+                                               in a guard; print "callback", "guard-lost"
+                                               and "unlock-lost" as the loss is reported
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ import aiolock
 
 
 async def main(command: str, url: str, name: str, *rest: str) -> None:
-    async with aiolock.from_url(url) as client:
+    # the optional watchdog timeout: 2nd extra argument of "hold", 1st of "fenced-guard"
+    watchdog = {"hold": rest[1:2], "fenced-guard": rest[:1]}.get(command, ())
+    config = {"watchdog_timeout": float(watchdog[0])} if watchdog else {}
+    async with aiolock.from_url(url, **config) as client:
         lock = client.lock(name)
         if command == "try":
             print(await lock.try_lock())
@@ -25,23 +32,43 @@ async def main(command: str, url: str, name: str, *rest: str) -> None:
             await asyncio.sleep(float(rest[0]))
             await lock.unlock()
         elif command == "hammer":
-            tasks, rounds = int(rest[0]), int(rest[1])
-            overlaps = done = 0
-
-            async def worker() -> None:
-                nonlocal overlaps, done
-                for _ in range(rounds):
-                    async with lock:
-                        if await client.redis.incr(f"guard:{name}") != 1:
-                            overlaps += 1
-                        await asyncio.sleep(0.001)
-                        await client.redis.decr(f"guard:{name}")
-                    done += 1
-
-            await asyncio.gather(*(worker() for _ in range(tasks)))
-            print(overlaps, done)
+            await hammer(client, name, int(rest[0]), int(rest[1]))
+        elif command == "fenced-guard":
+            await fenced_guard(client.fenced_lock(name))
         else:
             raise SystemExit(f"unknown command {command!r}")
+
+
+async def hammer(client: aiolock.AioLock, name: str, tasks: int, rounds: int) -> None:
+    lock = client.lock(name)
+    overlaps = done = 0
+
+    async def worker() -> None:
+        nonlocal overlaps, done
+        for _ in range(rounds):
+            async with lock:
+                if await client.redis.incr(f"guard:{name}") != 1:
+                    overlaps += 1
+                await asyncio.sleep(0.001)
+                await client.redis.decr(f"guard:{name}")
+            done += 1
+
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    print(overlaps, done)
+
+
+async def fenced_guard(lock: aiolock.FencedLock) -> None:
+    print("token", await lock.lock_and_get_token(), flush=True)
+    lock.on_lost(lambda error: print("callback", flush=True))
+    try:
+        async with lock.guard():
+            await asyncio.sleep(60)
+    except aiolock.LockLostError:
+        print("guard-lost", flush=True)
+    try:
+        await lock.unlock()
+    except aiolock.LockLostError:
+        print("unlock-lost", flush=True)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ def _load(name: str) -> Script:
 LOCK_ACQUIRE = _load("lock_acquire")
 LOCK_RELEASE = _load("lock_release")
 LOCK_FORCE_UNLOCK = _load("lock_force_unlock")
+LOCK_RENEW = _load("lock_renew")
+FENCED_LOCK_ACQUIRE = _load("fenced_lock_acquire")
 
 
 class OutcomeUnknown(Exception):

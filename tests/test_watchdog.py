@@ -1,0 +1,292 @@
+"""Leases kept alive by the watchdog, losses reported at once, and the fenced lock."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+import redis.asyncio
+
+import aiolock
+from aiolock.testing import TcpProxy
+from aiolock.watchdog import RENEWALS
+from tests.conftest import WORKER
+
+
+class Worker:
+    """tests/proc_worker.py in its own process, read line by line."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @classmethod
+    async def start(cls, *args: str) -> Worker:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(WORKER), *args, stdout=asyncio.subprocess.PIPE
+        )
+        return cls(proc)
+
+    async def line(self, within: float = 10) -> str:
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(within):
+            return (await self.proc.stdout.readline()).decode().strip()
+
+    def signal(self, sig: signal.Signals) -> None:
+        os.kill(self.proc.pid, sig)
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        await self.proc.wait()
+
+
+@pytest.fixture
+async def workers() -> AsyncIterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        await worker.stop()
+
+
+async def test_hold_survives_long_work_and_ttl_stays_high(
+    make_client: Callable[..., aiolock.AioLock], redis_client: redis.asyncio.Redis
+) -> None:
+    """watchdog_timeout=1 s, 5 s of work: the TTL never falls far below 2/3 of the lease."""
+    client = make_client(watchdog_timeout=1)
+    lock = client.lock("long-work")
+    lowest = 1000
+    async with lock:
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            lowest = min(lowest, await redis_client.pttl("long-work"))
+        assert await lock.hold_count() == 1
+    assert lowest > 550, lowest  # renewed every 333 ms: ~667 ms left at worst, less jitter
+    assert not await redis_client.exists("long-work")
+    assert not [key for key in RENEWALS if key[0] == client.id]
+
+
+async def test_renewal_entries_follow_the_holds(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    client = make_client(watchdog_timeout=3)
+    lock = client.lock("entries")
+    key = (client.id, "entries")
+    assert await lock.try_lock(lease_time=5)
+    assert key not in RENEWALS  # an explicit lease is never renewed
+    await lock.unlock()
+    assert await lock.try_lock()
+    assert await lock.try_lock()
+    assert len(RENEWALS[key].holds) == 1  # reentrant holds share one entry
+    await lock.unlock()
+    assert key in RENEWALS
+    await lock.unlock()
+    assert key not in RENEWALS
+    assert await lock.try_lock()
+    assert await lock.force_unlock()
+    assert key not in RENEWALS
+    assert await lock.try_lock()
+    await client.aclose()
+    assert key not in RENEWALS
+
+
+async def test_a_cancelled_acquire_leaves_no_renewal(
+    proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    """Redisson's open bug: an interrupted acquire whose renewal was registered kept the key
+    alive forever. Here the undo drops the entry with the hold."""
+    async with aiolock.from_url(proxy.url, watchdog_timeout=1) as client:
+        await client.redis.ping()
+        proxy.delay_replies(0.3)
+        task = asyncio.create_task(client.lock("interrupted").lock())
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not [key for key in RENEWALS if key[0] == client.id]
+        proxy.pass_through()
+        await asyncio.sleep(1.2)  # past the lease: nothing renewed it
+        assert not await redis_client.exists("interrupted")
+
+
+async def test_killed_holder_frees_the_lock_after_its_lease(
+    redis_url: str, client: aiolock.AioLock, workers: list[Worker]
+) -> None:
+    worker = await Worker.start("hold", redis_url, "killed-holder", "60", "1")
+    workers.append(worker)
+    assert await worker.line() == "locked"
+    lock = client.lock("killed-holder")
+    assert not await lock.try_lock()
+    worker.signal(signal.SIGKILL)
+    started = asyncio.get_running_loop().time()
+    assert await lock.try_lock(wait_time=10)
+    waited = asyncio.get_running_loop().time() - started
+    assert waited < 1 + 1.5, waited  # watchdog_timeout + a margin, not forever
+
+
+async def test_paused_holder_learns_it_lost_the_lock(
+    redis_url: str, client: aiolock.AioLock, workers: list[Worker]
+) -> None:
+    """SIGSTOP past the lease: another process takes the lock with a higher token; once the
+    first resumes, its callback runs, its guarded body is cancelled with LockLostError and
+    its unlock raises LockLostError."""
+    worker = await Worker.start("fenced-guard", redis_url, "paused", "1")
+    workers.append(worker)
+    first = await worker.line()
+    assert first.startswith("token ")
+    worker.signal(signal.SIGSTOP)
+    token = await client.fenced_lock("paused").try_lock_and_get_token(wait_time=10)
+    assert token is not None and token > int(first.split()[1])
+    worker.signal(signal.SIGCONT)
+    assert sorted([await worker.line(), await worker.line(), await worker.line()]) == [
+        "callback",
+        "guard-lost",
+        "unlock-lost",
+    ]
+    assert await worker.proc.wait() == 0
+
+
+async def test_blackholed_renewals_are_reported_before_the_lease_ends(
+    proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    async with aiolock.from_url(proxy.url, watchdog_timeout=1) as client:
+        lock = client.lock("blackholed")
+        await lock.lock()
+        remaining: list[int] = []
+
+        async def on_lost(error: aiolock.LockLostError) -> None:
+            remaining.append(await redis_client.pttl("blackholed"))
+
+        lock.on_lost(on_lost)
+        proxy.blackhole_replies()
+        async with asyncio.timeout(3):
+            while not remaining:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        # told while the server still held our lease, not after it had expired
+        assert remaining[0] > 0, remaining
+        proxy.pass_through()
+        with pytest.raises(aiolock.LockLostError):
+            await lock.unlock()
+
+
+async def test_client_pause_longer_than_the_lease_is_reported(
+    make_client: Callable[..., aiolock.AioLock], redis_client: redis.asyncio.Redis
+) -> None:
+    client = make_client(watchdog_timeout=1)
+    lock = client.lock("paused-server")
+    lost = asyncio.Event()
+    await lock.lock()
+    lock.on_lost(lambda error: lost.set())
+    started = asyncio.get_running_loop().time()
+    await redis_client.client_pause(2500, all=False)  # CLIENT PAUSE 2500 WRITE
+    await asyncio.wait_for(lost.wait(), 3)
+    # the lease cannot expire on the server while writes are paused; we knew before that
+    assert asyncio.get_running_loop().time() - started < 2.5
+    with pytest.raises(aiolock.LockLostError):
+        await lock.unlock()
+
+
+async def test_guard_cancels_the_body_when_the_hold_is_lost(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    """Another client force-unlocks our lock: the next renewal finds it gone, the guarded
+    body is cancelled and the guard raises LockLostError."""
+    lock = make_client(watchdog_timeout=0.6).lock("guarded")
+    reached_end = False
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(aiolock.LockLostError, match="watchdog found the lock gone"):
+        async with lock.guard():
+            assert await make_client().lock("guarded").force_unlock()
+            await asyncio.sleep(10)
+            reached_end = True
+    assert not reached_end
+    assert asyncio.get_running_loop().time() - started < 10
+    with pytest.raises(aiolock.LockNotOwnedError):
+        await lock.unlock()  # the guard's own count is used up
+
+
+async def test_each_unlock_of_a_lost_hold_reports_the_loss(client: aiolock.AioLock) -> None:
+    lock = client.lock("lost-twice")
+    assert await lock.try_lock(lease_time=0.1)
+    assert await lock.try_lock(lease_time=0.1)
+    await asyncio.sleep(0.3)
+    for _ in range(2):
+        with pytest.raises(aiolock.LockLostError):
+            await lock.unlock()
+    with pytest.raises(aiolock.LockNotOwnedError) as info:
+        await lock.unlock()
+    assert not isinstance(info.value, aiolock.LockLostError)
+
+
+async def test_guard_without_loss_releases(client: aiolock.AioLock) -> None:
+    lock = client.lock("guard-ok")
+    async with lock.guard() as held:
+        assert held is lock
+        assert await lock.hold_count() == 1
+    assert not await lock.is_locked()
+
+
+async def test_explicit_lease_running_out_is_a_loss(client: aiolock.AioLock) -> None:
+    lock = client.lock("lease-out")
+    errors: list[aiolock.LockLostError] = []
+    with pytest.raises(aiolock.LockLostError, match="lease ran out"):
+        async with lock.guard(lease_time=0.2):
+            lock.on_lost(errors.append)
+            await asyncio.sleep(5)
+    assert len(errors) == 1
+
+
+async def test_on_lost_needs_a_hold(client: aiolock.AioLock) -> None:
+    with pytest.raises(aiolock.LockNotOwnedError):
+        client.lock("nothing").on_lost(print)
+
+
+async def test_10000_locks_stay_held_for_three_renewal_periods(
+    make_client: Callable[..., aiolock.AioLock], redis_client: redis.asyncio.Redis
+) -> None:
+    client = make_client(watchdog_timeout=1.5)
+    names = [f"many:{i}" for i in range(10_000)]
+
+    async def take(chunk: list[str]) -> None:
+        for name in chunk:
+            assert await client.lock(name).try_lock()
+
+    await asyncio.gather(*(take(names[i::100]) for i in range(100)))
+    calls_before = client.watchdog.calls
+    await asyncio.sleep(3 * 0.5 + 0.2)
+    assert await redis_client.dbsize() == 10_000
+    assert not [hold for hold in client._holds.values() if hold.lost]
+    assert min(await redis_client.pttl(names[0]), await redis_client.pttl(names[-1])) > 500
+    # batched: about (ticks per period + 10,000 / 100) calls per period, not 10,000
+    assert client.watchdog.calls - calls_before < 4 * (10 + 100) + 50
+
+
+# -- fenced lock --------------------------------------------------------------------------
+
+
+async def test_fencing_tokens_grow_across_holders(
+    client: aiolock.AioLock, make_client: Callable[..., aiolock.AioLock], redis_url: str
+) -> None:
+    fenced = client.fenced_lock("fenced")
+    assert await fenced.get_token() == 0
+    first = await fenced.lock_and_get_token()
+    assert await fenced.lock_and_get_token() == first  # reentrant: same hold, same token
+    assert await asyncio.create_task(fenced.try_lock_and_get_token()) is None
+    await fenced.unlock()
+    await fenced.unlock()
+    other = make_client().fenced_lock("fenced")
+    second = await other.try_lock_and_get_token(wait_time=1)
+    assert second is not None and second > first
+    assert await fenced.get_token() == second
+
+
+async def test_fenced_lock_layout(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    token = await client.fenced_lock("layout").lock_and_get_token()
+    assert await redis_client.get("redisson_lock_token:{layout}") == str(token).encode()
+    assert await redis_client.type("layout") == b"hash"
