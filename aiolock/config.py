@@ -21,6 +21,9 @@ class Config:
         resolved as "did not run" (a script that did run is never run again).
     pubsub_reconnect_delay:
         Pause between attempts to re-open the shared pub/sub connection after it dropped.
+    pubsub_ping_interval:
+        After this long without a word on the pub/sub connection it is sent a PING; if
+        another interval passes in silence, the connection is dropped and opened again.
     max_concurrent_commands:
         How many Redis commands of this client may be in flight at once; more wait their
         turn instead of failing with redis-py's "Too many connections". Default: half of
@@ -31,12 +34,14 @@ class Config:
     cleanup_timeout: float = 5.0
     retry_attempts: int = 3
     pubsub_reconnect_delay: float = 0.2
+    pubsub_ping_interval: float = 5.0
     max_concurrent_commands: int | None = None
 
     def __post_init__(self) -> None:
         check_seconds(self.watchdog_timeout, "watchdog_timeout", positive=True)
         check_seconds(self.cleanup_timeout, "cleanup_timeout", positive=True)
         check_seconds(self.pubsub_reconnect_delay, "pubsub_reconnect_delay", positive=True)
+        check_seconds(self.pubsub_ping_interval, "pubsub_ping_interval", positive=True)
         _check_int(self.retry_attempts, "retry_attempts", minimum=0)
         if self.max_concurrent_commands is not None:
             _check_int(self.max_concurrent_commands, "max_concurrent_commands", minimum=1)

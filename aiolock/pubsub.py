@@ -10,6 +10,8 @@ releases one permit of the entry's ``asyncio.Semaphore`` (one waiter wakes per r
 message that arrives before anyone waits is kept as a permit), a read-unlock message (``"1"``)
 wakes every waiter of the entry. Pub/sub is at-most-once, so after the connection drops and
 comes back every waiter is woken to re-check; waits are always bounded by the holder's TTL.
+A connection silent for ``pubsub_ping_interval`` is sent a PING; one that does not answer
+within another interval is dropped and opened again.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from typing import Any
 
 from redis.asyncio import ConnectionPool
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from .config import Config
@@ -104,7 +106,7 @@ class PubSubHub:
         self._pool = pool
         self._config = config
         self._entries: dict[str, Entry] = {}
-        self._outbox: asyncio.Queue[tuple[str, str]] | None = None
+        self._outbox: asyncio.Queue[tuple[str, ...]] | None = None
         # SUBSCRIBEs sent per channel and not yet confirmed: an entry is confirmed only by the
         # confirmation of the last one (an older one may precede a pending UNSUBSCRIBE).
         self._unconfirmed: dict[str, int] = {}
@@ -191,24 +193,26 @@ class PubSubHub:
         while not self._closed:
             conn = self._new_connection()
             try:
-                await conn.connect()  # type: ignore[no-untyped-call]
+                # connect() runs a handshake: bound it, the server may not answer at all
+                async with asyncio.timeout(2 * self._config.pubsub_ping_interval):
+                    await conn.connect()  # type: ignore[no-untyped-call]
                 self.connections_opened += 1
                 reconnected = self.connections_opened > 1
-                self._outbox = asyncio.Queue()
+                outbox = self._outbox = asyncio.Queue()
                 channels = list(self._entries)
                 self._unconfirmed = dict.fromkeys(channels, 1)
                 for entry in self._entries.values():
                     entry.confirmed_at = None
                 if channels:
                     await conn.send_command("SUBSCRIBE", *channels, check_health=False)
-                writer = asyncio.ensure_future(self._write(conn, self._outbox))
+                writer = asyncio.ensure_future(self._write(conn, outbox))
                 try:
-                    await self._read(conn, reconnected)
+                    await self._read(conn, outbox, reconnected)
                 finally:
                     writer.cancel()
                     with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
                         await writer
-            except (RedisError, OSError) as exc:
+            except (RedisError, OSError, TimeoutError) as exc:
                 logger.warning("aiolock pub/sub connection lost: %r; reconnecting", exc)
             finally:
                 self._outbox = None
@@ -218,16 +222,28 @@ class PubSubHub:
                 await asyncio.sleep(self._config.pubsub_reconnect_delay)
 
     async def _write(
-        self, conn: AbstractConnection, outbox: asyncio.Queue[tuple[str, str]]
+        self, conn: AbstractConnection, outbox: asyncio.Queue[tuple[str, ...]]
     ) -> None:
         while True:
-            command, channel = await outbox.get()
-            await conn.send_command(command, channel, check_health=False)
+            await conn.send_command(*await outbox.get(), check_health=False)
 
-    async def _read(self, conn: AbstractConnection, reconnected: bool) -> None:
+    async def _read(
+        self,
+        conn: AbstractConnection,
+        outbox: asyncio.Queue[tuple[str, ...]],
+        reconnected: bool,
+    ) -> None:
         loop = asyncio.get_running_loop()
+        silent = False
         while True:
-            reply = await conn.read_response(timeout=math.inf)
+            reply = await conn.read_response(timeout=self._config.pubsub_ping_interval)
+            if reply is None:  # a whole interval without a word: is the connection alive?
+                if silent:
+                    raise RedisConnectionError("the pub/sub connection did not answer a PING")
+                silent = True
+                outbox.put_nowait(("PING",))
+                continue
+            silent = False
             if not isinstance(reply, list) or len(reply) < 3:
                 continue
             kind, channel, data = reply[0], reply[1], reply[2]

@@ -11,6 +11,7 @@ import redis.asyncio
 
 import aiolock
 from aiolock.default import default_client
+from aiolock.testing import TcpProxy
 from tests.conftest import run_worker
 
 
@@ -270,3 +271,26 @@ async def _true(value: bool) -> bool:
 
 async def _equal(value: Awaitable[object], expected: object) -> bool:
     return await value == expected
+
+
+async def test_a_silent_pubsub_connection_is_replaced(
+    proxy: TcpProxy, make_client: Callable[..., aiolock.AioLock], redis_client: redis.asyncio.Redis
+) -> None:
+    """The pub/sub connection goes silent without being closed (replies blackholed), so the
+    unlock message never arrives: the unanswered PING gets the connection replaced and the
+    waiter acquires long before the holder's 30 s lease would have bounded its wait."""
+    holder = make_client().lock("silent")
+    assert await holder.try_lock(lease_time=30)
+    async with aiolock.from_url(proxy.url, pubsub_ping_interval=0.2) as client:
+        waiter = asyncio.create_task(client.lock("silent").try_lock(wait_time=20))
+        await eventually(
+            lambda: _equal(numsub(redis_client, "redisson_lock__channel:{silent}"), [1])
+        )
+        proxy.blackhole_replies()
+        await holder.unlock()
+        await asyncio.sleep(1)
+        assert not waiter.done()
+        proxy.pass_through()
+        async with asyncio.timeout(5):
+            assert await waiter
+        assert client.pubsub.connections_opened >= 2
