@@ -17,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
 from .config import Config
+from .connection import Pipeline
 from .errors import ClientClosedError, RedisOperationError, WrongEventLoopError
 from .keys import check_name
 from .pubsub import PubSubHub
@@ -56,6 +57,7 @@ class AioLock:
         self._holds: dict[tuple[str, str], Hold] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.pubsub = PubSubHub(redis.connection_pool, self.config)
+        self.pipeline = Pipeline(redis.connection_pool)
         self.watchdog = Watchdog(self)
         pool_size = redis.connection_pool.max_connections
         self._slots = asyncio.Semaphore(
@@ -108,6 +110,7 @@ class AioLock:
         self._closed = True
         await self.watchdog.aclose()
         await self.pubsub.aclose()
+        await self.pipeline.aclose()
         if self._background:
             await asyncio.wait(self._background, timeout=self.config.cleanup_timeout)
             for task in self._background:
@@ -140,9 +143,10 @@ class AioLock:
     async def run_script(
         self, script: scripts.Script, keys: tuple[str, ...], args: tuple[Any, ...]
     ) -> Any:
-        """Run a lock script once (see :func:`aiolock.scripts.run`), waiting for a slot."""
-        async with self._slots:
-            return await scripts.run(self.redis.connection_pool, script, keys, args)
+        """Run a script once on the client's pipelined connection (:func:`aiolock.scripts.run`).
+
+        A lost reply raises ``scripts.OutcomeUnknown``: it may or may not have run."""
+        return await scripts.run(self.pipeline, script, keys, args)
 
     async def read(self, command: Callable[[], Awaitable[T]], what: str) -> T:
         """Run a read-only command, retried on a broken connection since it is idempotent;

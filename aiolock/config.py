@@ -25,9 +25,11 @@ class Config:
         After this long without a word on the pub/sub connection it is sent a PING; if
         another interval passes in silence, the connection is dropped and opened again.
     max_concurrent_commands:
-        How many Redis commands of this client may be in flight at once; more wait their
-        turn instead of failing with redis-py's "Too many connections". Default: half of
-        the connection pool's ``max_connections``, leaving the rest to the application.
+        How many of this client's reads (``is_locked()``, ``hold_count()``, resolving a lost
+        reply...) may use the Redis client's connection pool at once; more wait their turn
+        instead of failing with redis-py's "Too many connections". Default: half of the
+        pool's ``max_connections``. Lock scripts do not use the pool: they share one
+        pipelined connection per client.
     """
 
     watchdog_timeout: float = 30.0

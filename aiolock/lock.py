@@ -247,7 +247,7 @@ class Lock:
             deleted = await client.run_script(
                 scripts.LOCK_FORCE_UNLOCK, (self.name, self._channel), (UNLOCK_MESSAGE,)
             )
-        except (RedisError, scripts.OutcomeUnknown) as exc:
+        except (RedisError, scripts.OutcomeUnknown, scripts.NotSent) as exc:
             raise RedisOperationError(f"force_unlock of {self.name!r} failed: {exc}") from exc
         for hold in [h for h in client._holds.values() if h.name == self.name]:
             hold.mark_lost("it was force-unlocked")
@@ -314,6 +314,9 @@ class Lock:
         for attempt in range(attempts):
             try:
                 return await self._client.run_script(script, keys, args)
+            except scripts.NotSent as exc:
+                if attempt == attempts - 1:
+                    raise RedisOperationError(f"{script.name} on {self.name!r}: {exc}") from exc
             except scripts.OutcomeUnknown as exc:
                 count = await self._server_count(owner)
                 if ran_if(count):

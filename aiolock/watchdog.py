@@ -138,7 +138,7 @@ class Watchdog:
                 raise TimeoutError
             async with asyncio.timeout(limit):
                 replies = await self._client.run_script(scripts.LOCK_RENEW, keys, args)
-        except (TimeoutError, scripts.OutcomeUnknown, RedisError) as exc:
+        except (TimeoutError, scripts.OutcomeUnknown, scripts.NotSent, RedisError) as exc:
             logger.warning("aiolock watchdog: renewing %d lock(s) failed: %r", len(holds), exc)
             self._reschedule(holds, loop.time() + self.tick)
             return

@@ -58,10 +58,11 @@ async def hammer(client: aiolock.AioLock, name: str, tasks: int, rounds: int) ->
 
 
 async def fenced_guard(lock: aiolock.FencedLock) -> None:
-    print("token", await lock.lock_and_get_token(), flush=True)
+    token = await lock.lock_and_get_token()
     lock.on_lost(lambda error: print("callback", flush=True))
     try:
         async with lock.guard():
+            print("token", token, flush=True)  # only now: the test pauses us after this line
             await asyncio.sleep(60)
     except aiolock.LockLostError:
         print("guard-lost", flush=True)

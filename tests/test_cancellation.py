@@ -18,7 +18,8 @@ from aiolock.testing import TcpProxy
 @pytest.fixture
 async def via_proxy(proxy: TcpProxy) -> AsyncIterator[aiolock.AioLock]:
     async with aiolock.from_url(proxy.url) as client:
-        await client.redis.ping()  # open a pooled connection before faults start
+        async with client.lock("warm-up"):  # open the connections before faults start
+            pass
         yield client
 
 

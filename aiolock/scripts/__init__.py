@@ -3,10 +3,11 @@
 Each file starts with a header naming its KEYS, ARGV and reply. Scripts are plain (no
 ``#!lua`` shebang) so that release and renewal still run on a server out of memory.
 
-:func:`run` sends one EVALSHA on a connection of its own from the pool, falling back to EVAL
-on NOSCRIPT (a script cache emptied by a restart or a failover), and never retries anything
-else: redis-py's retry policy would re-run a script whose reply was lost, and a re-run acquire
-counts a hold twice. A lost reply raises :class:`OutcomeUnknown`; the caller resolves it.
+:func:`run` sends one EVALSHA on the client's pipelined connection (aiolock.connection),
+falling back to EVAL on NOSCRIPT (a script cache emptied by a restart or a failover), and never
+retries anything else: a retry policy would re-run a script whose reply was lost, and a re-run
+acquire counts a hold twice. A lost reply raises :class:`OutcomeUnknown`; the caller resolves
+it.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from redis.asyncio import ConnectionPool
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
+
+from ..connection import NotSent, OutcomeUnknown, Pipeline
+
+__all__ = ["NotSent", "OutcomeUnknown", "Script", "run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,24 +43,18 @@ LOCK_RENEW = _load("lock_renew")
 FENCED_LOCK_ACQUIRE = _load("fenced_lock_acquire")
 
 
-class OutcomeUnknown(Exception):
-    """The script was possibly sent but its reply was lost: it may or may not have run."""
-
-
 async def run(
-    pool: ConnectionPool, script: Script, keys: tuple[str, ...], args: tuple[Any, ...]
+    pipeline: Pipeline, script: Script, keys: tuple[str, ...], args: tuple[Any, ...]
 ) -> Any:
-    """Run ``script`` once and return its raw reply (Redis errors raise ``ResponseError``)."""
-    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    """Run ``script`` once on the client's pipelined connection and return its raw reply.
+
+    Redis error replies raise ``ResponseError``; a lost reply raises :class:`OutcomeUnknown`;
+    :class:`NotSent` means no connection could be opened.
+    """
     try:
-        try:
-            await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            return await conn.read_response()
-        except NoScriptError:
-            # Not run: the server did not know the script. EVAL runs it and caches it.
-            await conn.send_command("EVAL", script.source, len(keys), *keys, *args)
-            return await conn.read_response()
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        raise OutcomeUnknown(f"reply to {script.name} lost: {exc}") from exc
-    finally:
-        await pool.release(conn)
+        return await pipeline.call("EVALSHA", script.sha, len(keys), *keys, *args)
+    except ResponseError as exc:
+        if not str(exc).startswith("NOSCRIPT"):
+            raise
+    # Not run: the server did not know the script. EVAL runs it and caches it.
+    return await pipeline.call("EVAL", script.source, len(keys), *keys, *args)
