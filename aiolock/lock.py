@@ -83,13 +83,19 @@ class Lock:
         the holder's TTL or the time left) before each further try."""
         loop = asyncio.get_running_loop()
         sent_at = loop.time()
-        ttl = await self._attempt(owner, lease_ms, renew)
-        if ttl is None:
-            return True
-        if wait is not None and wait <= 0:
-            return False
-        deadline = None if wait is None else sent_at + wait
         hub = self._client.pubsub
+        if wait != 0 and self._queue_behind_local_waiters(owner, sent_at):
+            # Tasks of this client already wait for a release: join them instead of barging
+            # in with a try that would fail (one round trip saved, and first come first served
+            # among local waiters). The wait is bounded by the holder's lease they last saw.
+            ttl = round((hub.entry(self._channel).holder_until - sent_at) * 1000)  # type: ignore[union-attr]
+        else:
+            ttl = await self._attempt(owner, lease_ms, renew)
+            if ttl is None:
+                return True
+            if wait is not None and wait <= 0:
+                return False
+        deadline = None if wait is None else sent_at + wait
         entry = await hub.subscribe(self._channel)
         try:
             # A release between our try and a subscription confirmed after it sent no message
@@ -99,7 +105,10 @@ class Lock:
                 if ttl is None:
                     return True
             while True:
-                timeout = ttl / 1000 if ttl >= 0 else None
+                timeout = None
+                if ttl >= 0:
+                    timeout = ttl / 1000
+                    entry.holder_until = max(entry.holder_until, loop.time() + timeout)
                 if deadline is not None:
                     left = deadline - loop.time()
                     if left <= 0:
@@ -113,6 +122,18 @@ class Lock:
                     return True
         finally:
             hub.release(entry)
+
+    def _queue_behind_local_waiters(self, owner: str, now: float) -> bool:
+        """Whether tasks of this client are waiting for this lock under a live lease (and the
+        current task does not hold it itself, which would make it wait for itself)."""
+        entry = self._client.pubsub.entry(self._channel)
+        return (
+            entry is not None
+            and entry.waiting > 0
+            and entry.confirmed_at is not None
+            and entry.holder_until > now
+            and (self.name, owner) not in self._client._holds
+        )
 
     async def _attempt(self, owner: str, lease_ms: int, renew: bool) -> int | None:
         """One acquire, safe against cancellation: None if taken, else the holder's TTL (ms).
@@ -204,21 +225,26 @@ class Lock:
     async def _release_once(self, hold: Hold) -> None:
         if hold.lost is None:
             before = hold.count
-            released = await self._run_resolved(
-                scripts.LOCK_RELEASE,
-                (self.name, self._channel),
-                (UNLOCK_MESSAGE, hold.lease_ms, hold.owner),
-                hold.owner,
-                ran_if=lambda count: count == before - 1,
-                not_run_if=lambda count: count == before,
-                ran_reply=lambda: _constant(1 if before == 1 else 0),
-            )
+            # Local waiters are woken by the release's reply, not by the message coming back.
+            entry = self._client.pubsub.expect_echo(self._channel) if before == 1 else None
+            released = None
+            try:
+                released = await self._run_resolved(
+                    scripts.LOCK_RELEASE,
+                    (self.name, self._channel),
+                    (UNLOCK_MESSAGE, hold.lease_ms, hold.owner),
+                    hold.owner,
+                    ran_if=lambda count: count == before - 1,
+                    not_run_if=lambda count: count == before,
+                    ran_reply=lambda: _constant(1 if before == 1 else 0),
+                )
+            finally:
+                if entry is not None:
+                    entry.echo_delivered_early(released == 1)
             if released is not None:
                 hold.count -= 1
                 if released == 1 or hold.count <= 0:
                     self._forget(hold)
-                if released == 1:
-                    self._client.pubsub.notify_released(self._channel)
                 return
             hold.mark_lost("its lease expired or it was force-unlocked")
         # Each unlock of a lost hold reports the loss and uses up one count; no Redis call:
@@ -253,8 +279,6 @@ class Lock:
             hold.mark_lost("it was force-unlocked")
             if hold.renewed:
                 client.watchdog.unregister(hold)
-        if deleted:
-            client.pubsub.notify_released(self._channel)
         return bool(deleted)
 
     # -- losing -------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ class Entry:
         "channel",
         "confirmed",
         "confirmed_at",
+        "holder_until",
         "refs",
         "semaphore",
         "waiting",
@@ -54,6 +55,8 @@ class Entry:
         self.confirmed = asyncio.get_running_loop().create_future()
         #: loop time at which the current subscription was confirmed (None until then)
         self.confirmed_at: float | None = None
+        #: loop time at which the holder's lease ends, as last seen by a failed attempt
+        self.holder_until = 0.0
         self._skip_echoes = 0
 
     def __repr__(self) -> str:
@@ -78,12 +81,19 @@ class Entry:
         for _ in range(max(1, self.waiting)):
             self.semaphore.release()
 
-    def wake_local(self) -> None:
-        """A task of this client released the lock: wake a local waiter now, without waiting
-        for the unlock message to come back, and let that message's echo pass unseen."""
-        if self.waiting:
-            self._skip_echoes += 1
+    def expect_echo(self) -> None:
+        """A task of this client is about to release the lock: the unlock message it may
+        publish is to pass unseen (registered before sending, since the message may arrive
+        before the release's reply)."""
+        self._skip_echoes += 1
+
+    def echo_delivered_early(self, published: bool) -> None:
+        """The release's reply came: if it published, give its permit now, without waiting
+        for the message to come back; if it did not, no echo will come."""
+        if published:
             self.semaphore.release()
+        elif self._skip_echoes:
+            self._skip_echoes -= 1
 
     def on_message(self, data: str) -> None:
         if data == READ_UNLOCK_MESSAGE:
@@ -153,11 +163,12 @@ class PubSubHub:
             if not self._closed:
                 self._send("UNSUBSCRIBE", entry.channel)
 
-    def notify_released(self, channel: str) -> None:
-        """A lock of this client on ``channel`` was released (see :meth:`Entry.wake_local`)."""
+    def expect_echo(self, channel: str) -> Entry | None:
+        """See :meth:`Entry.expect_echo`; the entry to tell when the reply comes, if any."""
         entry = self._entries.get(channel)
         if entry is not None:
-            entry.wake_local()
+            entry.expect_echo()
+        return entry
 
     async def aclose(self) -> None:
         """End the reader, close the connection, wake every waiter (they raise closed)."""
