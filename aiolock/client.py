@@ -108,18 +108,23 @@ class AioLock:
         if self._closed:
             return
         self._closed = True
-        await self.watchdog.aclose()
-        await self.pubsub.aclose()
-        await self.pipeline.aclose()
-        if self._background:
-            await asyncio.wait(self._background, timeout=self.config.cleanup_timeout)
-            for task in self._background:
-                task.cancel()
+        # each part is closed even if closing another one fails (exit callbacks run LIFO)
+        async with contextlib.AsyncExitStack() as stack:
+            if self._owns_redis:
+                stack.push_async_callback(self.redis.aclose)
+            stack.callback(self._end_holds)
+            stack.push_async_callback(self.pipeline.aclose)
+            stack.push_async_callback(self.pubsub.aclose)
+            stack.push_async_callback(self.watchdog.aclose)
+            if self._background:  # cleanups of cancelled callers still use the connections
+                await asyncio.wait(self._background, timeout=self.config.cleanup_timeout)
+                for task in self._background:
+                    task.cancel()
+
+    def _end_holds(self) -> None:
         for hold in self._holds.values():
             hold.end()
         self._holds.clear()
-        if self._owns_redis:
-            await self.redis.aclose()
 
     # -- internals shared by the lock families -----------------------------------------------
 

@@ -10,8 +10,9 @@ still read and matched, so a cancelled acquire can learn whether it took the loc
 connection breaks, every command in flight fails with :class:`OutcomeUnknown` (it may or may
 not have run) and the next command opens a new connection. Nothing is ever retried here.
 
-The connection is opened with redis-py's own connection class and settings (host or unix
-socket, TLS, credentials, database), so it reaches the server exactly as the pool would.
+Connections are opened by :func:`open_streams` with redis-py's own connection class and
+settings (host or unix socket, TLS, credentials, database), so they reach the server exactly
+as the pool would; the pub/sub connection (aiolock.pubsub) is opened the same way.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ from .errors import ClientClosedError
 
 #: flush the socket buffer (await drain) when this many bytes wait to be sent
 HIGH_WATER = 1 << 16
+
+
+def pack(*args: Any) -> bytes:
+    """One command in RESP, packed by hiredis."""
+    packed: bytes = hiredis.pack_command(args)
+    return packed
 
 
 class OutcomeUnknown(Exception):
@@ -55,7 +62,7 @@ class _Link:
     def send(self, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending.append(future)
-        self.writer.write(hiredis.pack_command(args))
+        self.writer.write(pack(*args))
         return future
 
     async def read(self, reader: asyncio.StreamReader) -> None:
@@ -122,17 +129,7 @@ class Pipeline:
             link = self._link
             if link is not None and not link.writer.is_closing():
                 return link
-            kwargs: dict[str, Any] = dict(self._pool.connection_kwargs)
-            kwargs.update(decode_responses=False, protocol=2, health_check_interval=0)
-            conn = self._pool.connection_class(**kwargs)
-            try:
-                await conn.connect()  # type: ignore[no-untyped-call]
-            except (RedisError, OSError) as exc:
-                raise NotSent(f"cannot connect to Redis: {exc}") from exc
-            # redis-py did the handshake (TLS, AUTH, SELECT); from here on the streams are ours
-            reader, writer = conn._reader, conn._writer
-            if reader is None or writer is None:  # pragma: no cover - redis-py internals moved
-                raise RedisConnectionError("redis-py's connection exposes no streams")
+            conn, reader, writer = await open_streams(self._pool)
             link = self._link = _Link(conn, writer)
             link.reader = asyncio.get_running_loop().create_task(link.read(reader))
             self.connections_opened += 1
@@ -146,3 +143,24 @@ class Pipeline:
             link.reader.cancel()  # its cleanup disconnects
             with contextlib.suppress(asyncio.CancelledError):
                 await link.reader
+
+
+async def open_streams(
+    pool: ConnectionPool,
+) -> tuple[AbstractConnection, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A new connection made as ``pool`` would make it, as raw streams (RESP2).
+
+    redis-py does the handshake (TLS, AUTH, SELECT); from then on the streams are ours, read
+    with hiredis and written without redis-py's per-command machinery. Raises NotSent.
+    """
+    kwargs: dict[str, Any] = dict(pool.connection_kwargs)
+    kwargs.update(decode_responses=False, protocol=2, health_check_interval=0)
+    conn = pool.connection_class(**kwargs)
+    try:
+        await conn.connect()  # type: ignore[no-untyped-call]
+    except (RedisError, OSError) as exc:
+        raise NotSent(f"cannot connect to Redis: {exc}") from exc
+    reader, writer = conn._reader, conn._writer
+    if reader is None or writer is None:  # pragma: no cover - redis-py internals moved
+        raise NotSent("redis-py's connection exposes no streams")
+    return conn, reader, writer

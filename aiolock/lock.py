@@ -84,12 +84,11 @@ class Lock:
         loop = asyncio.get_running_loop()
         sent_at = loop.time()
         hub = self._client.pubsub
-        if wait != 0 and self._queue_behind_local_waiters(owner, sent_at):
-            # Tasks of this client already wait for a release: join them instead of barging
-            # in with a try that would fail (one round trip saved, and first come first served
-            # among local waiters). The wait is bounded by the holder's lease they last saw.
-            ttl = round((hub.entry(self._channel).holder_until - sent_at) * 1000)  # type: ignore[union-attr]
-        else:
+        # When tasks of this client already wait for a release, join them instead of barging
+        # in with a try that would fail (one round trip saved, and first come first served
+        # among local waiters). The wait is bounded by the holder's lease they last saw.
+        ttl = self._local_queue_ttl(owner, sent_at) if wait != 0 else None
+        if ttl is None:
             ttl = await self._attempt(owner, lease_ms, renew)
             if ttl is None:
                 return True
@@ -123,17 +122,19 @@ class Lock:
         finally:
             hub.release(entry)
 
-    def _queue_behind_local_waiters(self, owner: str, now: float) -> bool:
-        """Whether tasks of this client are waiting for this lock under a live lease (and the
-        current task does not hold it itself, which would make it wait for itself)."""
+    def _local_queue_ttl(self, owner: str, now: float) -> int | None:
+        """If tasks of this client are waiting for this lock under a live lease, the ms left
+        of that lease; else None. Never for the holder itself (it would wait for itself)."""
         entry = self._client.pubsub.entry(self._channel)
-        return (
-            entry is not None
-            and entry.waiting > 0
-            and entry.confirmed_at is not None
-            and entry.holder_until > now
-            and (self.name, owner) not in self._client._holds
-        )
+        if (
+            entry is None
+            or entry.waiting == 0
+            or entry.confirmed_at is None
+            or entry.holder_until <= now
+            or (self.name, owner) in self._client._holds
+        ):
+            return None
+        return round((entry.holder_until - now) * 1000)
 
     async def _attempt(self, owner: str, lease_ms: int, renew: bool) -> int | None:
         """One acquire, safe against cancellation: None if taken, else the holder's TTL (ms).

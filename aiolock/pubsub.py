@@ -21,12 +21,12 @@ import contextlib
 import logging
 from typing import Any
 
+import hiredis
 from redis.asyncio import ConnectionPool
-from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 
 from .config import Config
+from .connection import NotSent, open_streams, pack
 from .errors import ClientClosedError
 from .keys import READ_UNLOCK_MESSAGE
 
@@ -116,7 +116,7 @@ class PubSubHub:
         self._pool = pool
         self._config = config
         self._entries: dict[str, Entry] = {}
-        self._outbox: asyncio.Queue[tuple[str, ...]] | None = None
+        self._writer: asyncio.StreamWriter | None = None
         # SUBSCRIBEs sent per channel and not yet confirmed: an entry is confirmed only by the
         # confirmation of the last one (an older one may precede a pending UNSUBSCRIBE).
         self._unconfirmed: dict[str, int] = {}
@@ -186,91 +186,90 @@ class PubSubHub:
 
     # -- the connection -------------------------------------------------------------------
 
-    def _send(self, command: str, channel: str) -> None:
-        if self._outbox is not None:
-            self._outbox.put_nowait((command, channel))
-            if command == "SUBSCRIBE":
-                self._unconfirmed[channel] = self._unconfirmed.get(channel, 0) + 1
+    def _send(self, *args: str) -> None:
+        """Write a command now (writes are ordered); if disconnected, the reconnect
+        subscribes every entry anyway."""
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.write(pack(*args))
+            if args[0] == "SUBSCRIBE":
+                self._unconfirmed[args[1]] = self._unconfirmed.get(args[1], 0) + 1
         if self._runner is None:
             self._runner = asyncio.get_running_loop().create_task(self._run())
 
-    def _new_connection(self) -> AbstractConnection:
-        kwargs: dict[str, Any] = dict(self._pool.connection_kwargs)
-        kwargs.update(decode_responses=True, protocol=2, health_check_interval=0)
-        return self._pool.connection_class(**kwargs)
-
     async def _run(self) -> None:
         """Open the connection, (re)subscribe every channel, read until it drops; repeat."""
+        interval = self._config.pubsub_ping_interval
         while not self._closed:
-            conn = self._new_connection()
             try:
                 # connect() runs a handshake: bound it, the server may not answer at all
-                async with asyncio.timeout(2 * self._config.pubsub_ping_interval):
-                    await conn.connect()  # type: ignore[no-untyped-call]
+                async with asyncio.timeout(2 * interval):
+                    conn, reader, writer = await open_streams(self._pool)
+            except (NotSent, TimeoutError) as exc:
+                logger.warning("aiolock pub/sub connection failed: %s; retrying", exc)
+            else:
                 self.connections_opened += 1
-                reconnected = self.connections_opened > 1
-                outbox = self._outbox = asyncio.Queue()
-                channels = list(self._entries)
-                self._unconfirmed = dict.fromkeys(channels, 1)
-                for entry in self._entries.values():
-                    entry.confirmed_at = None
-                if channels:
-                    await conn.send_command("SUBSCRIBE", *channels, check_health=False)
-                writer = asyncio.ensure_future(self._write(conn, outbox))
                 try:
-                    await self._read(conn, outbox, reconnected)
+                    await self._serve(reader, writer, reconnected=self.connections_opened > 1)
+                except (OSError, RedisConnectionError, hiredis.ProtocolError) as exc:
+                    logger.warning("aiolock pub/sub connection lost: %r; reconnecting", exc)
                 finally:
-                    writer.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
-                        await writer
-            except (RedisError, OSError, TimeoutError) as exc:
-                logger.warning("aiolock pub/sub connection lost: %r; reconnecting", exc)
-            finally:
-                self._outbox = None
-                with contextlib.suppress(Exception):
-                    await conn.disconnect()
+                    self._writer = None
+                    writer.close()
+                    with contextlib.suppress(Exception):
+                        await conn.disconnect(nowait=True)
             if not self._closed:
                 await asyncio.sleep(self._config.pubsub_reconnect_delay)
 
-    async def _write(
-        self, conn: AbstractConnection, outbox: asyncio.Queue[tuple[str, ...]]
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, reconnected: bool
     ) -> None:
-        while True:
-            await conn.send_command(*await outbox.get(), check_health=False)
-
-    async def _read(
-        self,
-        conn: AbstractConnection,
-        outbox: asyncio.Queue[tuple[str, ...]],
-        reconnected: bool,
-    ) -> None:
-        loop = asyncio.get_running_loop()
+        """Subscribe every entry, then dispatch what arrives until the connection fails."""
+        channels = list(self._entries)
+        self._unconfirmed = dict.fromkeys(channels, 1)
+        for entry in self._entries.values():
+            entry.confirmed_at = None
+        self._writer = writer
+        if channels:
+            writer.write(pack("SUBSCRIBE", *channels))
+        parser = hiredis.Reader(encoding="utf-8")
+        interval = self._config.pubsub_ping_interval
         silent = False
         while True:
-            reply = await conn.read_response(timeout=self._config.pubsub_ping_interval)
-            if reply is None:  # a whole interval without a word: is the connection alive?
+            try:
+                async with asyncio.timeout(interval):
+                    data = await reader.read(1 << 16)
+            except TimeoutError:  # a whole interval without a word: is the connection alive?
                 if silent:
-                    raise RedisConnectionError("the pub/sub connection did not answer a PING")
+                    raise RedisConnectionError(
+                        "the pub/sub connection did not answer a PING"
+                    ) from None
                 silent = True
-                outbox.put_nowait(("PING",))
+                writer.write(pack("PING"))
                 continue
+            if not data:
+                raise RedisConnectionError("the pub/sub connection was closed by the server")
             silent = False
-            if not isinstance(reply, list) or len(reply) < 3:
-                continue
-            kind, channel, data = reply[0], reply[1], reply[2]
-            if kind == "subscribe":
-                left = self._unconfirmed.pop(channel, 1) - 1
-                if left > 0:
-                    self._unconfirmed[channel] = left
-                    continue
-            entry = self._entries.get(channel)
-            if entry is None:
-                continue
-            if kind == "message":
-                entry.on_message(data)
-            elif kind == "subscribe" and entry.confirmed_at is None:
-                entry.confirmed_at = loop.time()
-                if not entry.confirmed.done():
-                    entry.confirmed.set_result(None)
-                elif reconnected:
-                    entry.on_resubscribed()
+            parser.feed(data)
+            while (reply := parser.gets()) is not False:
+                self._dispatch(reply, reconnected)
+
+    def _dispatch(self, reply: Any, reconnected: bool) -> None:
+        if not isinstance(reply, list) or len(reply) < 3:
+            return  # a PING's ["pong", ""]
+        kind, channel, data = reply[0], reply[1], reply[2]
+        if kind == "subscribe":
+            left = self._unconfirmed.pop(channel, 1) - 1
+            if left > 0:
+                self._unconfirmed[channel] = left
+                return
+        entry = self._entries.get(channel)
+        if entry is None:
+            return
+        if kind == "message":
+            entry.on_message(data)
+        elif kind == "subscribe" and entry.confirmed_at is None:
+            entry.confirmed_at = asyncio.get_running_loop().time()
+            if not entry.confirmed.done():
+                entry.confirmed.set_result(None)
+            elif reconnected:
+                entry.on_resubscribed()

@@ -294,3 +294,24 @@ async def test_a_silent_pubsub_connection_is_replaced(
         async with asyncio.timeout(5):
             assert await waiter
         assert client.pubsub.connections_opened >= 2
+
+
+async def test_aclose_right_after_a_waiter_acquired(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    """Regression: the waiter's entry was just released (an UNSUBSCRIBE on its way) when the
+    client closed; a pub/sub writer that survived its cancellation made aclose() hang."""
+    for _ in range(5):
+        holder, waiting = make_client(), make_client()
+        lock = holder.lock("closing-race")
+        await lock.lock(lease_time=5)
+        task = asyncio.create_task(waiting.lock("closing-race").lock(lease_time=5))
+        await asyncio.sleep(0.05)
+        await lock.unlock()
+        await task
+        # waited on, not cancelled: a hung aclose() could swallow a timeout's cancellation
+        closing = asyncio.create_task(waiting.aclose())
+        done, _ = await asyncio.wait({closing}, timeout=3)
+        assert done, "aclose() hung"
+        await closing
+        await holder.lock("closing-race").force_unlock()
