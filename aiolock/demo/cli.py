@@ -1,0 +1,171 @@
+"""``aiolock demo``: the command line, the progress bars and the summary."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from redis.exceptions import RedisError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .db import temporary_sqlite
+from .errors import DemoError
+from .report import StrategyResult, database_line, summary_table
+from .runner import DemoOptions, ProgressStart, run_demo
+from .server import redis_for_demo
+from .strategies import NAMES
+
+DESCRIPTION = """\
+A flash sale (seckill) of COUPONS coupons, one per user, across several worker processes
+against Redis, sold three ways: naive (read, check, write back: oversells), lock (the same
+steps under aiolock locks) and lua (one atomic script; the orders go through a Redis Stream
+consumer group into a database). Ends with a table comparing them.
+"""
+
+RESULTS_WRONG = 1
+"""Exit code when a strategy that must be correct (lock, lua) was not."""
+FAILED = 2
+"""Exit code when the demo could not run."""
+INTERRUPTED = 130
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the ``demo`` subcommand."""
+    parser = commands.add_parser("demo", help="run the flash-sale demo", description=DESCRIPTION)
+    parser.add_argument(
+        "--strategy",
+        choices=[*NAMES, "all"],
+        default="all",
+        help="which way(s) to sell (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--coupons", type=_count(0), default=200, help="coupons on sale (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--users", type=_count(1), default=500, help="distinct buyers (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--attempts",
+        type=_count(1),
+        default=2000,
+        help="purchase attempts; users try again (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workers", type=_count(1), default=4, help="worker processes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_count(1),
+        default=64,
+        help="buyers at once per worker process (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--redis",
+        metavar="URL",
+        help="Redis to use (default: AIOLOCK_URL, REDIS_URL or redis://localhost:6379/0 if "
+        "it answers, else a private redis-server)",
+    )
+    parser.add_argument(
+        "--embedded", action="store_true", help="always start a private redis-server"
+    )
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="orders database of the lua strategy: a SQLite path or sqlite:///path, or "
+        "postgresql://... (default: SQLite in a temporary directory)",
+    )
+    parser.add_argument("--seed", type=int, help="seed of the buyers' order (default: random)")
+    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results here")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo as ``args`` say; print progress and the summary. Returns the exit code."""
+    console = Console()
+    strategies = NAMES if args.strategy == "all" else (args.strategy,)
+    seed = args.seed if args.seed is not None else secrets.randbelow(10**6)
+    try:
+        with ExitStack() as stack:
+            redis_url = stack.enter_context(
+                redis_for_demo(args.redis, embedded=args.embedded, say=console.print)
+            )
+            db_url = args.db
+            if db_url is None and "lua" in strategies:
+                db_url = stack.enter_context(temporary_sqlite())
+            options = DemoOptions(
+                strategies=strategies,
+                redis_url=redis_url,
+                db_url=db_url,
+                coupons=args.coupons,
+                users=args.users,
+                attempts=args.attempts,
+                workers=args.workers,
+                concurrency=args.concurrency,
+                seed=seed,
+            )
+            console.print(
+                f"Flash sale: {options.coupons:,} coupons, {options.attempts:,} attempts by "
+                f"{options.users:,} users, {options.workers} processes x "
+                f"{options.concurrency} buyers\nRedis: {redis_url}, seed {seed}"
+            )
+            with _progress(console) as on_start:
+                results = asyncio.run(run_demo(options, on_start))
+    except (DemoError, RedisError, OSError) as exc:
+        console.print(f"[red]The demo failed:[/] {exc}")
+        return FAILED
+    except KeyboardInterrupt:
+        console.print("Interrupted; the run's keys were deleted.")
+        return INTERRUPTED
+    _print_summary(console, results)
+    if args.json is not None:
+        args.json.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n")
+    must_be_correct = [r for r in results if r.strategy != "naive"]
+    return 0 if all(r.correct for r in must_be_correct) else RESULTS_WRONG
+
+
+@contextmanager
+def _progress(console: Console) -> Iterator[ProgressStart]:
+    """Rich progress bars, one per strategy; yields ``start(strategy, total) -> update``."""
+    columns = (
+        TextColumn("{task.description:>5}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("attempts"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+
+        def start(strategy: str, total: int) -> Callable[[int], None]:
+            task = progress.add_task(strategy, total=total)
+            return lambda done: progress.update(task, completed=done)
+
+        yield start
+
+
+def _print_summary(console: Console, results: list[StrategyResult]) -> None:
+    console.print(summary_table(results))
+    for result in results:
+        if result.database is not None:
+            console.print(database_line(result))
+    if any(r.strategy == "naive" and not r.correct for r in results):
+        console.print(
+            "naive: buyers read the same stock, and each wrote back that stock minus one."
+        )
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an int >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse

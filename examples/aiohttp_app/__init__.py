@@ -1,0 +1,1 @@
+"""An aiohttp flash sale with aiolock (see app.py)."""

@@ -1,0 +1,1 @@
+"""A FastAPI flash sale with aiolock (see app.py)."""

@@ -1,0 +1,1 @@
+"""Optimistic version-checked updates compared with a lock (see cas.py)."""

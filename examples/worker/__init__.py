@@ -1,0 +1,1 @@
+"""An async queue worker with per-key locks (see worker.py)."""
