@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,8 +19,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from . import scripts
 from .config import Config
 from .connection import Pipeline
-from .errors import ClientClosedError, RedisOperationError, WrongEventLoopError
-from .keys import check_name
+from .errors import ClientClosedError, LockTimeout, RedisOperationError, WrongEventLoopError
+from .keys import check_name, check_seconds
 from .pubsub import PubSubHub
 from .tasks import current_task_id
 from .watchdog import Watchdog
@@ -75,6 +76,27 @@ class AioLock:
         from .lock import Lock
 
         return Lock(self, check_name(name))
+
+    @asynccontextmanager
+    async def alock(
+        self, name: str, *, wait_time: float | None = None, lease_time: float | None = None
+    ) -> AsyncIterator[Lock]:
+        """Hold the lock ``name`` for the ``async with`` body.
+
+        Waits without bound, or at most ``wait_time`` seconds and then raises
+        :class:`~aiolock.LockTimeout` (a ``TimeoutError``). The unlock at exit is shielded.
+        """
+        lock = self.lock(name)
+        if wait_time is not None:
+            check_seconds(wait_time, "wait_time")
+        if wait_time is None:
+            await lock.lock(lease_time)
+        elif not await lock.try_lock(wait_time, lease_time):
+            raise LockTimeout(f"lock {name!r} not acquired within {wait_time} s", name=name)
+        try:
+            yield lock
+        finally:
+            await lock.unlock()
 
     def fenced_lock(self, name: str) -> FencedLock:
         """The fenced lock called ``name``: a lock whose acquisitions return fencing tokens."""
@@ -211,12 +233,15 @@ async def _finish_cancelled(
             logger.exception("aiolock: undoing the operation of a cancelled caller failed")
 
 
-def from_url(url: str, **config_overrides: Any) -> AioLock:
+def from_url(
+    url: str, *, redis_options: Mapping[str, Any] | None = None, **config_overrides: Any
+) -> AioLock:
     """A client on a new ``redis.asyncio.Redis`` for ``url``, closed with the client.
 
-    Keyword arguments are :class:`Config` fields, e.g. ``from_url(url, watchdog_timeout=10)``.
+    Keyword arguments are :class:`Config` fields, e.g. ``from_url(url, watchdog_timeout=10)``;
+    ``redis_options`` go to ``Redis.from_url`` (e.g. ``{"max_connections": 200}``).
     """
     config = Config(**config_overrides)
-    client = AioLock(Redis.from_url(url), config=config)
+    client = AioLock(Redis.from_url(url, **(redis_options or {})), config=config)
     client._owns_redis = True
     return client

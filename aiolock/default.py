@@ -10,14 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from .client import AioLock, from_url
 from .config import Config
-from .errors import LockTimeout
-from .keys import check_name, check_seconds
+from .keys import check_name
 from .lock import Lock
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -55,24 +53,14 @@ def default_client() -> AioLock:
     return client
 
 
-@asynccontextmanager
-async def alock(
+def alock(
     name: str, *, wait_time: float | None = None, lease_time: float | None = None
-) -> AsyncIterator[Lock]:
+) -> AbstractAsyncContextManager[Lock]:
     """Hold the lock ``name`` of the default client for the ``async with`` body.
 
     Waits without bound, or at most ``wait_time`` seconds and then raises
     :class:`~aiolock.LockTimeout` (a ``TimeoutError``). The unlock at exit is shielded.
+    See :meth:`AioLock.alock`.
     """
     check_name(name)
-    if wait_time is not None:
-        check_seconds(wait_time, "wait_time")
-    lock = default_client().lock(name)
-    if wait_time is None:
-        await lock.lock(lease_time)
-    elif not await lock.try_lock(wait_time, lease_time):
-        raise LockTimeout(f"lock {name!r} not acquired within {wait_time} s", name=name)
-    try:
-        yield lock
-    finally:
-        await lock.unlock()
+    return default_client().alock(name, wait_time=wait_time, lease_time=lease_time)

@@ -15,8 +15,6 @@ The user's lock is always taken first, so the two can never deadlock.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import aiolock
@@ -66,10 +64,10 @@ class CouponSale:
         then raises :class:`aiolock.LockTimeout`. Raises :class:`AlreadyBought` or
         :class:`SoldOut` when there is nothing to sell to this user.
         """
-        async with self._locked(f"{self.name}:lock:user:{user_id}", wait_time):
+        async with self.locks.alock(f"{self.name}:lock:user:{user_id}", wait_time=wait_time):
             if await self.redis.sismember(self.buyers_key, user_id):
                 raise AlreadyBought(f"user {user_id} already has a coupon")
-            async with self._locked(f"{self.name}:lock:stock", wait_time):
+            async with self.locks.alock(f"{self.name}:lock:stock", wait_time=wait_time):
                 stock = await self.stock()
                 if stock <= 0:
                     raise SoldOut("sold out")
@@ -77,17 +75,3 @@ class CouponSale:
             await self.redis.sadd(self.buyers_key, user_id)
             await self.redis.rpush(self.orders_key, user_id)
         return Order(user_id, stock - 1)
-
-    @asynccontextmanager
-    async def _locked(self, name: str, wait_time: float | None) -> AsyncIterator[None]:
-        lock = self.locks.lock(name)
-        if wait_time is None:
-            async with lock:  # waits as long as it takes; the unlock on exit is shielded
-                yield
-            return
-        if not await lock.try_lock(wait_time=wait_time):
-            raise aiolock.LockTimeout(f"{name} still busy after {wait_time} s", name=name)
-        try:
-            yield
-        finally:
-            await lock.unlock()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any
 
 import aiolock
 
@@ -21,7 +22,7 @@ import aiolock
 async def main(command: str, url: str, name: str, *rest: str) -> None:
     # the optional watchdog timeout: 2nd extra argument of "hold", 1st of "fenced-guard"
     watchdog = {"hold": rest[1:2], "fenced-guard": rest[:1]}.get(command, ())
-    config = {"watchdog_timeout": float(watchdog[0])} if watchdog else {}
+    config: dict[str, Any] = {"watchdog_timeout": float(watchdog[0])} if watchdog else {}
     async with aiolock.from_url(url, **config) as client:
         lock = client.lock(name)
         if command == "try":

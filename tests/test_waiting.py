@@ -315,3 +315,24 @@ async def test_aclose_right_after_a_waiter_acquired(
         assert done, "aclose() hung"
         await closing
         await holder.lock("closing-race").force_unlock()
+
+
+async def test_client_alock(
+    client: aiolock.AioLock, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    async with client.alock("client-alock", wait_time=1) as lock:
+        assert await lock.is_held_by_current_task()
+        with pytest.raises(aiolock.LockTimeout):
+            async with make_client().alock("client-alock", wait_time=0.1):
+                pytest.fail("must not enter")
+    assert not await lock.is_locked()
+    with pytest.raises(ValueError):
+        async with client.alock("client-alock", wait_time=-1):
+            pass
+
+
+async def test_from_url_passes_redis_options(redis_url: str) -> None:
+    async with aiolock.from_url(redis_url, redis_options={"max_connections": 7}) as client:
+        assert client.redis.connection_pool.max_connections == 7
+        async with client.lock("options"):
+            pass

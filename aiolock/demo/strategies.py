@@ -21,7 +21,7 @@ from .. import scripts
 from ..client import AioLock
 from .sale import Outcome, SaleKeys
 
-SECKILL_BUY: Final = scripts._load("seckill_buy")
+SECKILL_BUY: Final = scripts.load("seckill_buy")
 
 WORK_DELAY: Final = 0.002
 """Seconds between reading the stock and writing it back: the service's own work and its

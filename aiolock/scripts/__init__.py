@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from ..connection import NotSent, OutcomeUnknown, Pipeline
 
-__all__ = ["NotSent", "OutcomeUnknown", "Script", "run"]
+__all__ = ["NotSent", "OutcomeUnknown", "Script", "load", "run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +31,17 @@ class Script:
     sha: str
 
 
-def _load(name: str) -> Script:
+def load(name: str) -> Script:
+    """The script ``<name>.lua`` of this package."""
     source = resources.files(__name__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 
-LOCK_ACQUIRE = _load("lock_acquire")
-LOCK_RELEASE = _load("lock_release")
-LOCK_FORCE_UNLOCK = _load("lock_force_unlock")
-LOCK_RENEW = _load("lock_renew")
-FENCED_LOCK_ACQUIRE = _load("fenced_lock_acquire")
+LOCK_ACQUIRE = load("lock_acquire")
+LOCK_RELEASE = load("lock_release")
+LOCK_FORCE_UNLOCK = load("lock_force_unlock")
+LOCK_RENEW = load("lock_renew")
+FENCED_LOCK_ACQUIRE = load("fenced_lock_acquire")
 
 
 async def run(
