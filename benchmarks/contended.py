@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import redis.asyncio as aredis
@@ -95,9 +96,13 @@ async def worker(params: dict[str, Any], link: ParentLink) -> dict[str, Any]:
             await asyncio.sleep(hold)
             await r.decr(guard)
 
-        async def run_aiolock(i: int) -> None:
-            assert client is not None
-            lock = client.lock(name)
+        def new_lock() -> AbstractAsyncContextManager[object]:
+            if client is not None:
+                return client.lock(name)
+            return r.lock(name, timeout=10, sleep=float(params["sleep"]), blocking_timeout=None)
+
+        async def body(i: int) -> None:
+            lock = new_lock()
             rec = records[i]
             while (t0 := time.monotonic_ns()) < end_ns:
                 waiting_since[i] = t0
@@ -108,19 +113,6 @@ async def worker(params: dict[str, Any], link: ParentLink) -> dict[str, Any]:
                     t2 = time.monotonic_ns()
                 rec.append((t0, t1, t2))
 
-        async def run_redispy(i: int) -> None:
-            lk = r.lock(name, timeout=10, sleep=float(params["sleep"]), blocking_timeout=None)
-            rec = records[i]
-            while (t0 := time.monotonic_ns()) < end_ns:
-                waiting_since[i] = t0
-                async with lk:
-                    t1 = time.monotonic_ns()
-                    waiting_since[i] = 0
-                    await critical()
-                    t2 = time.monotonic_ns()
-                rec.append((t0, t1, t2))
-
-        body = run_aiolock if client is not None else run_redispy
         await sleep_until(t_go)
         running = [asyncio.ensure_future(body(i)) for i in range(tasks)]
         await sleep_until(t_start)
