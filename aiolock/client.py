@@ -1,4 +1,5 @@
-"""The client: one Redis connection pool, one pub/sub connection, the holds of this process."""
+"""The client: its connections (one pipelined for lock scripts, one pub/sub, the caller's
+Redis pool for reads), the holds of its tasks and its watchdog."""
 
 from __future__ import annotations
 
