@@ -1,5 +1,5 @@
-"""The client: its connections (one pipelined for lock scripts, one pub/sub, the caller's
-Redis pool for reads), the holds of its tasks and its watchdog."""
+"""The client: its two connections (one pipelined for every command, one for pub/sub, both
+made with the settings of the caller's Redis pool), the holds of its tasks, its watchdog."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
 from .config import Config
@@ -61,10 +59,6 @@ class AioLock:
         self.pubsub = PubSubHub(redis.connection_pool, self.config)
         self.pipeline = Pipeline(redis.connection_pool)
         self.watchdog = Watchdog(self)
-        pool_size = redis.connection_pool.max_connections
-        self._slots = asyncio.Semaphore(
-            self.config.max_concurrent_commands or max(1, pool_size // 2)
-        )
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -176,19 +170,19 @@ class AioLock:
         A lost reply raises ``scripts.OutcomeUnknown``: it may or may not have run."""
         return await scripts.run(self.pipeline, script, keys, args)
 
-    async def read(self, command: Callable[[], Awaitable[T]], what: str) -> T:
-        """Run a read-only command, retried on a broken connection since it is idempotent;
-        Redis errors become :class:`RedisOperationError`."""
+    async def read(self, *command: Any, what: str) -> Any:
+        """Run a read-only command on the pipelined connection and return its raw reply;
+        being idempotent it is tried again on a broken connection. Redis errors become
+        :class:`RedisOperationError`."""
         attempts = self.config.retry_attempts + 1
-        async with self._slots:
-            for attempt in range(attempts):
-                try:
-                    return await command()
-                except (RedisConnectionError, RedisTimeoutError) as exc:
-                    if attempt == attempts - 1:
-                        raise RedisOperationError(f"{what} failed: {exc}") from exc
-                except RedisError as exc:
+        for attempt in range(attempts):
+            try:
+                return await self.pipeline.call(*command)
+            except (scripts.OutcomeUnknown, scripts.NotSent) as exc:
+                if attempt == attempts - 1:
                     raise RedisOperationError(f"{what} failed: {exc}") from exc
+            except RedisError as exc:
+                raise RedisOperationError(f"{what} failed: {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

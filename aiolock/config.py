@@ -24,12 +24,6 @@ class Config:
     pubsub_ping_interval:
         After this long without a word on the pub/sub connection it is sent a PING; if
         another interval passes in silence, the connection is dropped and opened again.
-    max_concurrent_commands:
-        How many of this client's reads (``is_locked()``, ``hold_count()``, resolving a lost
-        reply...) may use the Redis client's connection pool at once; more wait their turn
-        instead of failing with redis-py's "Too many connections". Default: half of the
-        pool's ``max_connections``. Lock scripts do not use the pool: they share one
-        pipelined connection per client.
     """
 
     watchdog_timeout: float = 30.0
@@ -37,7 +31,6 @@ class Config:
     retry_attempts: int = 3
     pubsub_reconnect_delay: float = 0.2
     pubsub_ping_interval: float = 5.0
-    max_concurrent_commands: int | None = None
 
     def __post_init__(self) -> None:
         check_seconds(self.watchdog_timeout, "watchdog_timeout", positive=True)
@@ -45,8 +38,6 @@ class Config:
         check_seconds(self.pubsub_reconnect_delay, "pubsub_reconnect_delay", positive=True)
         check_seconds(self.pubsub_ping_interval, "pubsub_ping_interval", positive=True)
         _check_int(self.retry_attempts, "retry_attempts", minimum=0)
-        if self.max_concurrent_commands is not None:
-            _check_int(self.max_concurrent_commands, "max_concurrent_commands", minimum=1)
 
 
 def _check_int(value: object, what: str, *, minimum: int) -> None:

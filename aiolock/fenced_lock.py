@@ -39,7 +39,7 @@ class FencedLock(Lock):
     async def get_token(self) -> int:
         """The latest fencing token handed out for this lock (0 before the first)."""
         self._client.check()
-        value = await self._read(lambda: self._client.redis.get(token_key(self.name)))
+        value = await self._read("GET", token_key(self.name))
         return int(value) if value is not None else 0
 
     def _token(self) -> int:

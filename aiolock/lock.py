@@ -360,24 +360,24 @@ class Lock:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _server_count(self, owner: str) -> int:
-        value = await self._read(lambda: self._client.redis.hget(self.name, owner))
+        value = await self._read("HGET", self.name, owner)
         return int(value) if value is not None else 0
 
     # -- inspecting ---------------------------------------------------------------------------
 
-    async def _read(self, command: Callable[[], Awaitable[T]]) -> T:
-        return await self._client.read(command, f"reading lock {self.name!r}")
+    async def _read(self, *command: Any) -> Any:
+        return await self._client.read(*command, what=f"reading lock {self.name!r}")
 
     async def is_locked(self) -> bool:
         """True if any owner holds the lock."""
         self._client.check()
-        return bool(await self._read(lambda: self._client.redis.exists(self.name)))
+        return bool(await self._read("EXISTS", self.name))
 
     async def is_held_by_current_task(self) -> bool:
         """True if the current task holds the lock (checked on the server)."""
         self._client.check()
         owner = self._client.owner()
-        return bool(await self._read(lambda: self._client.redis.hexists(self.name, owner)))
+        return bool(await self._read("HEXISTS", self.name, owner))
 
     async def hold_count(self) -> int:
         """How many times the current task holds the lock (0 if not at all)."""
@@ -387,7 +387,7 @@ class Lock:
     async def remaining_ttl(self) -> float | None:
         """Seconds until the lease runs out; None if unlocked, ``math.inf`` if it never does."""
         self._client.check()
-        pttl = int(await self._read(lambda: self._client.redis.pttl(self.name)))
+        pttl = int(await self._read("PTTL", self.name))
         if pttl == -2:
             return None
         if pttl == -1:
