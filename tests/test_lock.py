@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+import redis.exceptions
 
 import aiolock
 from aiolock.tasks import current_task_id
@@ -279,3 +280,34 @@ def test_public_api() -> None:
         assert getattr(aiolock, name).__module__.startswith("aiolock")
     assert issubclass(aiolock.LockTimeout, TimeoutError)
     assert issubclass(aiolock.LockLostError, aiolock.LockNotOwnedError)
+
+
+async def test_locks_keep_working_on_a_server_out_of_memory() -> None:
+    """Under OOM (noeviction) the server refuses commands that grow memory (HINCRBY among
+    them): a new hold fails with an aiolock error saying so, but held locks are still renewed
+    (HEXISTS, PEXPIRE) and their last release uses only DEL and PUBLISH, so it goes through."""
+    from aiolock.testing import RedisServer, external_redis_url
+
+    if external_redis_url() is not None:
+        pytest.skip("needs its own redis-server")
+    with RedisServer(["--maxmemory-policy", "noeviction"]) as server:
+        async with aiolock.from_url(server.url, watchdog_timeout=0.6) as client:
+            held = client.lock("held-before")
+            assert await held.try_lock()
+            await client.redis.config_set("maxmemory", 1)  # far below what is in use: OOM
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                await client.redis.set("anything", "x")
+            await asyncio.sleep(0.5)  # past a renewal period: renewed, not lost
+            await held.unlock()
+            assert not await held.is_locked()
+            with pytest.raises(aiolock.RedisOperationError, match="OOM"):
+                await client.lock("new").try_lock()
+
+
+async def test_a_redis_error_is_reported_as_an_aiolock_error(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    await redis_client.set("not-a-lock", "a string")
+    with pytest.raises(aiolock.RedisOperationError, match="WRONGTYPE"):
+        await client.lock("not-a-lock").try_lock()
+    assert client._holds == {}

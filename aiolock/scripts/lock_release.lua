@@ -6,11 +6,14 @@
 -- ARGV[3]  owner id
 -- Returns  nil if the owner holds no count; 0 if holds remain (count -1, TTL reset);
 --          1 if this was the last hold (key deleted, message published).
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+-- The last release uses only DEL and PUBLISH, which a server out of memory still allows
+-- (HINCRBY is refused under OOM), so a lock can always be released.
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+if count == nil then
     return nil
 end
-local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if counter > 0 then
+if count > 1 then
+    redis.call('hincrby', KEYS[1], ARGV[3], -1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 0
 end
