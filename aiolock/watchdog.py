@@ -63,6 +63,7 @@ class Watchdog:
         self._batches: set[asyncio.Task[None]] = set()
         #: renewal script calls made (each renews up to BATCH holds)
         self.calls = 0
+        self._warned_at = -math.inf
 
     def register(self, hold: Hold) -> None:
         """Keep ``hold`` renewed until it is unregistered or lost."""
@@ -139,7 +140,7 @@ class Watchdog:
             async with asyncio.timeout(limit):
                 replies = await self._client.run_script(scripts.LOCK_RENEW, keys, args)
         except (TimeoutError, scripts.OutcomeUnknown, scripts.NotSent, RedisError) as exc:
-            logger.warning("aiolock watchdog: renewing %d lock(s) failed: %r", len(holds), exc)
+            self._warn(f"renewing {len(holds)} lock(s) failed: {exc!r}; retrying next tick")
             self._reschedule(holds, loop.time() + self.tick)
             return
         for hold, renewed in zip(holds, replies, strict=True):
@@ -151,6 +152,16 @@ class Watchdog:
                 hold.mark_lost("the watchdog found the lock gone (expired or force-unlocked)")
                 self.unregister(hold)
         self._reschedule(holds, sent_at + self.period)
+
+    def _warn(self, message: str) -> None:
+        """Log a failure: a warning at most once per renewal period, the rest at debug level
+        (a slow server fails every batch of a tick at once)."""
+        now = asyncio.get_running_loop().time()
+        if now - self._warned_at >= self.period:
+            self._warned_at = now
+            logger.warning("aiolock watchdog: %s", message)
+        else:
+            logger.debug("aiolock watchdog: %s", message)
 
     def _serves(self, hold: Hold) -> bool:
         entry = RENEWALS.get((self._client.id, hold.name))
