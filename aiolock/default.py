@@ -41,6 +41,12 @@ def configure(url_or_client: str | AioLock, **config_overrides: Any) -> None:
     _per_loop.clear()
 
 
+def environment_url() -> str:
+    """The default URL when none is configured: ``AIOLOCK_URL``, ``REDIS_URL``, or
+    ``redis://localhost:6379/0``."""
+    return os.environ.get("AIOLOCK_URL") or os.environ.get("REDIS_URL") or DEFAULT_URL
+
+
 def default_client() -> AioLock:
     """The default client for the running event loop (created on first use)."""
     if isinstance(_configured, AioLock):
@@ -48,8 +54,8 @@ def default_client() -> AioLock:
     loop = asyncio.get_running_loop()
     client = _per_loop.get(loop)
     if client is None or client.closed:
-        url = _configured or os.environ.get("AIOLOCK_URL") or os.environ.get("REDIS_URL")
-        client = _per_loop[loop] = from_url(url or DEFAULT_URL, **_config_overrides)
+        url = _configured or environment_url()
+        client = _per_loop[loop] = from_url(url, **_config_overrides)
     return client
 
 

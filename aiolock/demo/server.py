@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import redis
 from redis.exceptions import RedisError
 
-from ..default import DEFAULT_URL
+from ..default import environment_url
 from .errors import DemoError
 
 
@@ -38,7 +37,7 @@ def redis_for_demo(url: str | None, *, embedded: bool, say: Callable[[str], None
         yield url
         return
     if not embedded:
-        default = os.environ.get("AIOLOCK_URL") or os.environ.get("REDIS_URL") or DEFAULT_URL
+        default = environment_url()
         if answers(default):
             yield default
             return
