@@ -1,6 +1,7 @@
 """aiolock: asyncio-native distributed locks and synchronizers on Redis."""
 
 from .client import AioLock as AioLock
+from .client import ClientStatistics as ClientStatistics
 from .client import from_url as from_url
 from .config import Config as Config
 from .default import alock as alock
@@ -10,27 +11,74 @@ from .errors import ClientClosedError as ClientClosedError
 from .errors import LockError as LockError
 from .errors import LockLostError as LockLostError
 from .errors import LockNotOwnedError as LockNotOwnedError
+from .errors import LockStateError as LockStateError
 from .errors import LockTimeout as LockTimeout
+from .errors import LockUsageError as LockUsageError
+from .errors import OutcomeUnknownError as OutcomeUnknownError
 from .errors import RedisOperationError as RedisOperationError
+from .errors import RedisTimeoutError as RedisTimeoutError
+from .errors import RedisUnavailableError as RedisUnavailableError
+from .errors import SubscriptionError as SubscriptionError
 from .errors import WrongEventLoopError as WrongEventLoopError
+from .fair_lock import FairLock as FairLock
 from .fenced_lock import FencedLock as FencedLock
+from .latch import CountDownLatch as CountDownLatch
+from .latch import LatchStatistics as LatchStatistics
+from .leases import Owner as Owner
 from .lock import Lock as Lock
+from .lock import LockStatistics as LockStatistics
+from .multilock import MultiLock as MultiLock
+from .multilock import MultiLockStatistics as MultiLockStatistics
+from .multilock import multi_lock as multi_lock
+from .redlock import RedLock as RedLock
+from .redlock import red_lock as red_lock
+from .rwlock import ReadLock as ReadLock
+from .rwlock import ReadWriteLock as ReadWriteLock
+from .rwlock import WriteLock as WriteLock
+from .semaphore import PermitExpirableSemaphore as PermitExpirableSemaphore
+from .semaphore import PermitStatistics as PermitStatistics
+from .semaphore import Semaphore as Semaphore
+from .semaphore import SemaphoreStatistics as SemaphoreStatistics
 
 __all__ = [
     "AioLock",
     "AioLockError",
     "ClientClosedError",
+    "ClientStatistics",
     "Config",
+    "CountDownLatch",
+    "FairLock",
     "FencedLock",
+    "LatchStatistics",
     "Lock",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
+    "LockStateError",
+    "LockStatistics",
     "LockTimeout",
+    "LockUsageError",
+    "MultiLock",
+    "MultiLockStatistics",
+    "OutcomeUnknownError",
+    "Owner",
+    "PermitExpirableSemaphore",
+    "PermitStatistics",
+    "ReadLock",
+    "ReadWriteLock",
+    "RedLock",
     "RedisOperationError",
+    "RedisTimeoutError",
+    "RedisUnavailableError",
+    "Semaphore",
+    "SemaphoreStatistics",
+    "SubscriptionError",
+    "WriteLock",
     "WrongEventLoopError",
     "alock",
     "configure",
     "from_url",
+    "multi_lock",
+    "red_lock",
 ]
 __version__ = "0.1.0"

@@ -1,46 +1,76 @@
-"""The client: its two connections (one pipelined for every command, one for pub/sub, both
-made with the settings of the caller's Redis pool), the holds of its tasks, its watchdog."""
+"""The client: a thin facade over one transport, its wait entries and its lease registry:
+factories of locks, owners, lifecycle (``aclose``) and ``statistics()``."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from . import scripts
+from .acquire import Rule, Runtime
 from .config import Config
-from .connection import Pipeline
-from .errors import ClientClosedError, LockTimeout, RedisOperationError, WrongEventLoopError
+from .errors import ClientClosedError, LockTimeout, WrongEventLoopError
+from .fair_lock import FairLock
+from .fenced_lock import FencedLock
 from .keys import check_name, check_seconds
-from .pubsub import PubSubHub
-from .tasks import current_task_id
-from .watchdog import Watchdog
-
-if TYPE_CHECKING:
-    from .fenced_lock import FencedLock
-    from .holds import Hold
-    from .lock import Lock
+from .latch import CountDownLatch
+from .leases import Hold, Leases, Owner
+from .lock import Lock, unlock_at_exit
+from .pubsub import PubSub
+from .rwlock import ReadWriteLock
+from .semaphore import PermitExpirableSemaphore, Semaphore
+from .tasks import current_task, current_task_id, new_id
+from .transport import ServerSettings, StandaloneTransport, Transport
 
 T = TypeVar("T")
+R = TypeVar("R", bound="Rule")
 logger = logging.getLogger("aiolock")
+
+#: how many rules a client keeps for reuse (then it starts again)
+_RULES_KEPT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStatistics:
+    """What one client holds open, has in flight and keeps alive (no Redis call)."""
+
+    #: open command links and commands on them awaiting replies
+    links: int
+    commands_in_flight: int
+    #: pub/sub channels listened to, and tasks parked waiting on them
+    subscriptions: int
+    tasks_waiting: int
+    #: command links and pub/sub connections opened so far (1 + reconnects each)
+    links_opened: int
+    pubsub_connections_opened: int
+    #: dropped links fenced before their lost replies were settled
+    fences: int
+    #: holds the watchdog renews, and renewal script calls made so far
+    renewals: int
+    renewal_calls: int
+    #: holds by state: acquiring, held, releasing, released, lost
+    holds: Mapping[str, int]
+    #: cleanups and other background work still running
+    background_tasks: int
 
 
 class AioLock:
-    """A client of aiolock: the factory of locks, bound to one ``redis.asyncio.Redis``.
+    """A client of aiolock: the factory of locks, bound to one Redis deployment.
 
-    Each client has its own uuid (``client.id``), the first half of every owner id it writes,
-    so several clients in one process never share holds. ``async with client:`` closes it;
-    :meth:`aclose` stops everything the client started and may be called more than once.
-    A client passed in by the caller is not closed by :meth:`aclose`; one made by
-    :func:`from_url` is.
+    ``AioLock(redis)`` takes the connection settings of a ``redis.asyncio.Redis`` (address or
+    unix socket, TLS, credentials, database, client name) and opens its own connections with
+    them: one pipelined link for every command and one pub/sub link. Each client has its own
+    uuid (``client.id``), the first half of every owner id it writes, so several clients in
+    one process never share holds. ``async with client:`` closes it; :meth:`aclose` may be
+    called more than once. A Redis client passed in is not closed by :meth:`aclose`; one made
+    by :func:`from_url` is.
     """
 
     def __init__(self, redis: Redis, *, config: Config | None = None) -> None:
@@ -51,26 +81,53 @@ class AioLock:
         self.redis = redis
         self.config = config or Config()
         self.id = str(uuid.uuid4())
+        transport: Transport = StandaloneTransport(ServerSettings.from_redis(redis), self.config)
         self._owns_redis = False
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._holds: dict[tuple[str, str], Hold] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self.pubsub = PubSubHub(redis.connection_pool, self.config)
-        self.pipeline = Pipeline(redis.connection_pool)
-        self.watchdog = Watchdog(self)
+        self._rules: dict[tuple[Callable[[str], Rule], str], Rule] = {}
+        pubsub = PubSub(transport)
+        leases = Leases(self.id, transport, self.config, self._spawn)
+        self._runtime = Runtime(transport, pubsub, leases, self.config, self._spawn)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<aiolock.AioLock {self.id} {state}, {len(self._holds)} holds>"
+        return f"<aiolock.AioLock {self.id} {state}, {len(self._runtime.leases.holds)} holds>"
 
     # -- factories ------------------------------------------------------------------------
 
     def lock(self, name: str) -> Lock:
         """The reentrant lock called ``name`` (no Redis call until it is used)."""
-        from .lock import Lock
-
         return Lock(self, check_name(name))
+
+    def fenced_lock(self, name: str) -> FencedLock:
+        """The fenced lock called ``name``: a lock whose acquisitions return fencing tokens."""
+        return FencedLock(self, check_name(name))
+
+    def fair_lock(self, name: str, *, wait_allowance: float | None = None) -> FairLock:
+        """The fair lock called ``name``: a lock handed out first come, first served (Redisson's
+        ``RFairLock`` layout). ``wait_allowance`` (seconds, 10 by default) bounds how long a
+        waiter that died holds up the line once the lock is free (see :class:`FairLock`)."""
+        return FairLock(self, check_name(name), wait_allowance=wait_allowance)
+
+    def read_write_lock(self, name: str) -> ReadWriteLock:
+        """The read-write lock called ``name``: ``.read_lock()`` shared by many readers,
+        ``.write_lock()`` exclusive (Redisson's ``RReadWriteLock`` layout)."""
+        return ReadWriteLock(self, check_name(name))
+
+    def semaphore(self, name: str) -> Semaphore:
+        """The semaphore called ``name`` (Redisson's RSemaphore layout)."""
+        return Semaphore(self, check_name(name))
+
+    def permit_expirable_semaphore(self, name: str) -> PermitExpirableSemaphore:
+        """The semaphore called ``name`` whose permits expire (Redisson's
+        RPermitExpirableSemaphore layout)."""
+        return PermitExpirableSemaphore(self, check_name(name))
+
+    def countdown_latch(self, name: str) -> CountDownLatch:
+        """The countdown latch called ``name`` (Redisson's RCountDownLatch layout)."""
+        return CountDownLatch(self, check_name(name))
 
     @asynccontextmanager
     async def alock(
@@ -79,25 +136,33 @@ class AioLock:
         """Hold the lock ``name`` for the ``async with`` body.
 
         Waits without bound, or at most ``wait_time`` seconds and then raises
-        :class:`~aiolock.LockTimeout` (a ``TimeoutError``). The unlock at exit is shielded.
+        :class:`~aiolock.LockTimeout` (a ``TimeoutError``). At exit the lock is released;
+        the body's own exception wins over a failed release (see :class:`Lock`).
         """
         lock = self.lock(name)
-        if wait_time is not None:
-            check_seconds(wait_time, "wait_time")
         if wait_time is None:
             await lock.lock(lease_time)
-        elif not await lock.try_lock(wait_time, lease_time):
+        elif not await lock.try_lock(check_seconds(wait_time, "wait_time"), lease_time):
             raise LockTimeout(f"lock {name!r} not acquired within {wait_time} s", name=name)
-        try:
+        async with _releasing(lock):
             yield lock
-        finally:
-            await lock.unlock()
 
-    def fenced_lock(self, name: str) -> FencedLock:
-        """The fenced lock called ``name``: a lock whose acquisitions return fencing tokens."""
-        from .fenced_lock import FencedLock
+    def rule(self, kind: Callable[[str], R], name: str) -> R:
+        """The rule of the object ``name`` made by ``kind`` (rules are immutable: lock
+        objects of one name share one, so making a lock object per request stays cheap)."""
+        rules = self._rules
+        found = rules.get((kind, name))
+        if found is None:
+            if len(rules) >= _RULES_KEPT:
+                rules.clear()
+            found = rules[(kind, name)] = kind(name)
+        return found  # type: ignore[return-value]  # keyed by its maker
 
-        return FencedLock(self, check_name(name))
+    def new_owner(self) -> Owner:
+        """An explicit owner, for holds that pass between tasks (``lock.lock(owner=o)`` in
+        one task, ``lock.unlock(owner=o)`` in another). Its holds are not tied to a task:
+        they last until unlocked, lost, or the client closes."""
+        return Owner(f"{self.id}:{new_id()}")
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -106,7 +171,7 @@ class AioLock:
         return self._closed
 
     async def __aenter__(self) -> AioLock:
-        self.check()
+        self.runtime()
         return self
 
     async def __aexit__(
@@ -118,36 +183,51 @@ class AioLock:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the pub/sub reader and background work; close the Redis client if owned.
+        """Close the client within ``config.cleanup_timeout``.
 
-        Held locks are not released: without renewal their leases simply run out.
+        Every hold is lost (``on_lost`` callbacks run, guarded bodies are cancelled) and
+        released on the server where it can be in that time (else it expires unrenewed);
+        waiters raise ClientClosedError; then every connection is closed.
         """
         if self._closed:
             return
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop:
+            raise WrongEventLoopError(
+                f"aiolock client {self.id} belongs to another event loop; close it there"
+            )
         self._closed = True
-        # each part is closed even if closing another one fails (exit callbacks run LIFO)
-        async with contextlib.AsyncExitStack() as stack:
+        deadline = loop.time() + self.config.cleanup_timeout
+        rt = self._runtime
+        rt.leases.close()
+        rt.pubsub.close()
+        try:
+            # Cleanups, and commands still in flight (an acquire's reply: its caller gives
+            # back what it took while the connection is still there).
+            while (
+                self._background or rt.transport.statistics().commands_in_flight
+            ) and loop.time() < deadline:
+                if self._background:
+                    await asyncio.wait(self._background, timeout=deadline - loop.time())
+                else:
+                    await asyncio.sleep(0.005)
+            for task in list(self._background):
+                task.cancel()
+            if self._background:
+                await asyncio.wait(self._background, timeout=0.1)
+        finally:
+            await rt.transport.aclose()
+            await rt.leases.watchdog.wait_closed()
             if self._owns_redis:
-                stack.push_async_callback(self.redis.aclose)
-            stack.callback(self._end_holds)
-            stack.push_async_callback(self.pipeline.aclose)
-            stack.push_async_callback(self.pubsub.aclose)
-            stack.push_async_callback(self.watchdog.aclose)
-            if self._background:  # cleanups of cancelled callers still use the connections
-                await asyncio.wait(self._background, timeout=self.config.cleanup_timeout)
-                for task in self._background:
-                    task.cancel()
+                await self.redis.aclose()
 
-    def _end_holds(self) -> None:
-        for hold in self._holds.values():
-            hold.end()
-        self._holds.clear()
+    # -- what the lock types use ----------------------------------------------------------------
 
-    # -- internals shared by the lock families -----------------------------------------------
-
-    def check(self) -> None:
-        """Raise unless the client is open and used from its own event loop."""
-        if self._closed:
+    def runtime(self, *, closed_ok: bool = False) -> Runtime:
+        """The runtime of the lock types; raises unless the client is used from its own
+        event loop and is open (or ``closed_ok``: for what needs no Redis, like reporting
+        the holds a closing client lost)."""
+        if self._closed and not closed_ok:
             raise ClientClosedError(f"aiolock client {self.id} is closed")
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
@@ -157,75 +237,57 @@ class AioLock:
                     "create one client per event loop"
                 )
             self._loop = loop
+        return self._runtime
 
-    def owner(self) -> str:
-        """The owner id of the running task: ``<client uuid>:<task id>``."""
-        return f"{self.id}:{current_task_id()}"
+    def resolve_owner(self, owner: Owner | None) -> Owner:
+        """``owner``, or the owner that is the current task."""
+        if owner is not None:
+            if not isinstance(owner, Owner):
+                raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
+            return owner
+        task = current_task()
+        return Owner(f"{self.id}:{current_task_id(task)}", task)
 
-    async def run_script(
-        self, script: scripts.Script, keys: tuple[str, ...], args: tuple[Any, ...]
-    ) -> Any:
-        """Run a script once on the client's pipelined connection (:func:`aiolock.scripts.run`).
+    def holds_of(self, name: str) -> list[Hold]:
+        """This client's holds on the object ``name``."""
+        return [hold for (held, _), hold in self._runtime.leases.holds.items() if held == name]
 
-        A lost reply raises ``scripts.OutcomeUnknown``: it may or may not have run."""
-        return await scripts.run(self.pipeline, script, keys, args)
-
-    async def read(self, *command: Any, what: str) -> Any:
-        """Run a read-only command on the pipelined connection and return its raw reply;
-        being idempotent it is tried again on a broken connection. Redis errors become
-        :class:`RedisOperationError`."""
-        attempts = self.config.retry_attempts + 1
-        for attempt in range(attempts):
-            try:
-                return await self.pipeline.call(*command)
-            except (scripts.OutcomeUnknown, scripts.NotSent) as exc:
-                if attempt == attempts - 1:
-                    raise RedisOperationError(f"{what} failed: {exc}") from exc
-            except RedisError as exc:
-                raise RedisOperationError(f"{what} failed: {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``coro`` in a background task that :meth:`aclose` waits for."""
-        task = asyncio.ensure_future(coro)
+        task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
 
-    async def run_shielded(
-        self,
-        coro: Coroutine[Any, Any, T],
-        undo: Callable[[T], Awaitable[object]] | None = None,
-    ) -> T:
-        """Run ``coro`` to completion even if the caller is cancelled.
-
-        On cancellation the operation still finishes; then ``undo(result)`` runs if given
-        (e.g. release a hold that a cancelled acquire obtained). The caller waits for both,
-        at most ``cleanup_timeout``, and the CancelledError is re-raised unchanged.
-        """
-        task = asyncio.ensure_future(coro)
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cleanup = self.spawn(_finish_cancelled(task, undo))
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait((cleanup,), timeout=self.config.cleanup_timeout)
-            raise
+    def statistics(self) -> ClientStatistics:
+        """What the client holds open, has in flight and keeps alive (no Redis call)."""
+        rt = self._runtime
+        transport = rt.transport.statistics()
+        return ClientStatistics(
+            links=transport.links,
+            commands_in_flight=transport.commands_in_flight,
+            subscriptions=transport.subscriptions,
+            tasks_waiting=rt.pubsub.parked,
+            links_opened=transport.links_opened,
+            pubsub_connections_opened=transport.pubsub_connections_opened,
+            fences=transport.fences,
+            renewals=rt.leases.watchdog.renewing,
+            renewal_calls=rt.leases.watchdog.calls,
+            holds=rt.leases.counts(),
+            background_tasks=len(self._background),
+        )
 
 
-async def _finish_cancelled(
-    task: asyncio.Future[T], undo: Callable[[T], Awaitable[object]] | None
-) -> None:
+@asynccontextmanager
+async def _releasing(lock: Lock) -> AsyncIterator[None]:
+    """Release ``lock`` when the block ends; the block's own exception wins."""
     try:
-        result = await task
-    except BaseException as exc:  # the operation failed: nothing to undo
-        logger.debug("operation of a cancelled caller failed: %r", exc)
-        return
-    if undo is not None:
-        try:
-            await undo(result)
-        except Exception:
-            logger.exception("aiolock: undoing the operation of a cancelled caller failed")
+        yield
+    except BaseException as exc:
+        await unlock_at_exit(lock, exc, None)
+        raise
+    else:
+        await unlock_at_exit(lock, None, None)
 
 
 def from_url(
@@ -234,7 +296,7 @@ def from_url(
     """A client on a new ``redis.asyncio.Redis`` for ``url``, closed with the client.
 
     Keyword arguments are :class:`Config` fields, e.g. ``from_url(url, watchdog_timeout=10)``;
-    ``redis_options`` go to ``Redis.from_url`` (e.g. ``{"max_connections": 200}``).
+    ``redis_options`` go to ``Redis.from_url`` (e.g. ``{"ssl_ca_certs": ...}``).
     """
     config = Config(**config_overrides)
     client = AioLock(Redis.from_url(url, **(redis_options or {})), config=config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .keys import check_seconds
+from .keys import check_lease, check_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,35 +13,54 @@ class Config:
 
     watchdog_timeout:
         The lease of a hold taken without ``lease_time``; the watchdog renews it every third.
+    command_timeout:
+        How long one Redis command may go unanswered (Redisson's default: 3 s). A connection
+        whose oldest command waited longer is dropped, and the outcome of every command in
+        flight on it is settled before anything is sent again. ``try_lock(wait_time=W)``
+        returns or raises within ``W + command_timeout``.
     cleanup_timeout:
-        How long shielded cleanup (an unlock in ``__aexit__``, undoing a cancelled acquire)
-        may take before it is left to finish in the background.
+        How long ``unlock()``, an ``async with`` exit, undoing a cancelled acquire and
+        ``aclose()`` may take; what is not confirmed by then goes on in the background (a
+        hold is released as soon as the server answers, or expires unrenewed).
     retry_attempts:
-        How often a lock script whose reply was lost is tried again, once its outcome has been
-        resolved as "did not run" (a script that did run is never run again).
-    pubsub_reconnect_delay:
-        Pause between attempts to re-open the shared pub/sub connection after it dropped.
-    pubsub_ping_interval:
-        After this long without a word on the pub/sub connection it is sent a PING; if
-        another interval passes in silence, the connection is dropped and opened again.
+        How often a command that certainly did not run (no connection, or a lost request
+        that was proven never to run) is sent again.
+    reconnect_delay, reconnect_max_delay:
+        Reconnection backs off exponentially from the first to the second, with jitter; a
+        caller never waits past its own deadline for it.
+    ping_interval:
+        A connection silent this long is sent a PING; one that does not answer within
+        ``command_timeout`` is dropped and opened again.
     """
 
     watchdog_timeout: float = 30.0
+    command_timeout: float = 3.0
     cleanup_timeout: float = 5.0
     retry_attempts: int = 3
-    pubsub_reconnect_delay: float = 0.2
-    pubsub_ping_interval: float = 5.0
+    reconnect_delay: float = 0.05
+    reconnect_max_delay: float = 2.0
+    ping_interval: float = 5.0
 
     def __post_init__(self) -> None:
-        check_seconds(self.watchdog_timeout, "watchdog_timeout", positive=True)
-        check_seconds(self.cleanup_timeout, "cleanup_timeout", positive=True)
-        check_seconds(self.pubsub_reconnect_delay, "pubsub_reconnect_delay", positive=True)
-        check_seconds(self.pubsub_ping_interval, "pubsub_ping_interval", positive=True)
-        _check_int(self.retry_attempts, "retry_attempts", minimum=0)
+        check_lease(self.watchdog_timeout, "watchdog_timeout")
+        for what, least in (
+            ("command_timeout", 0.01),
+            ("cleanup_timeout", 0.01),
+            ("reconnect_delay", 0.001),
+            ("reconnect_max_delay", 0.001),
+            ("ping_interval", 0.01),
+        ):
+            if check_seconds(getattr(self, what), what, positive=True) < least:
+                raise ValueError(f"{what} must be at least {least} s, got {getattr(self, what)!r}")
+        _check_int(self.retry_attempts, "retry_attempts", minimum=0, maximum=100)
+        if self.reconnect_max_delay < self.reconnect_delay:
+            raise ValueError("reconnect_max_delay must be >= reconnect_delay")
+        if self.watchdog_timeout < 0.03:
+            raise ValueError("watchdog_timeout must be at least 0.03 s (renewed every third)")
 
 
-def _check_int(value: object, what: str, *, minimum: int) -> None:
+def _check_int(value: object, what: str, *, minimum: int, maximum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{what} must be >= {minimum}, got {value}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{what} must be between {minimum} and {maximum}, got {value}")

@@ -4,9 +4,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import scripts
+from . import acquire, scripts
+from .acquire import NOT_RUN, Attempt, Command, Runtime
 from .keys import check_seconds, token_key
-from .lock import Lock
+from .leases import Owner
+from .lock import Lock, LockRule
+
+
+class FencedRule(LockRule):
+    """The lock's rule, plus the token counter ``redisson_lock_token:{name}`` (same slot)."""
+
+    __slots__ = ("_token_key",)
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._token_key = token_key(name)
+
+    def attempt(self, owner: str, lease_ms: int, wait_ms: int | None) -> Command:
+        return scripts.FENCED_LOCK_ACQUIRE.command((self.name, self._token_key), (lease_ms, owner))
+
+    def parse(self, reply: Any) -> Attempt:
+        acquired, value = int(reply[0]), int(reply[1])
+        return Attempt(True, token=value) if acquired else Attempt(False, value)
+
+    async def token(self, rt: Runtime) -> int:
+        value = await acquire.read(rt, self.key, "GET", self._token_key, what="reading a token")
+        return int(value) if value is not None else 0
+
+    async def settle_attempt(self, rt: Runtime, owner: str, count: int) -> Attempt | Any:
+        settled = await super().settle_attempt(rt, owner, count)
+        if settled is NOT_RUN or not settled.granted:
+            return settled
+        # It ran and the owner holds the lock, so nobody has taken a newer token since.
+        return Attempt(True, token=await self.token(rt))
 
 
 class FencedLock(Lock):
@@ -22,38 +52,31 @@ class FencedLock(Lock):
 
     __slots__ = ()
 
-    async def lock_and_get_token(self, lease_time: float | None = None) -> int:
+    _rule_class = FencedRule
+
+    async def lock_and_get_token(
+        self, lease_time: float | None = None, *, owner: Owner | None = None
+    ) -> int:
         """Take the lock (waiting as long as it takes) and return its fencing token."""
-        await self.lock(lease_time)
-        return self._token()
+        await self._grant(None, lease_time, owner)
+        return self._token(owner)
 
     async def try_lock_and_get_token(
-        self, wait_time: float = 0, lease_time: float | None = None
+        self, wait_time: float = 0, lease_time: float | None = None, *, owner: Owner | None = None
     ) -> int | None:
         """Take the lock within ``wait_time`` seconds; its fencing token, or None."""
-        check_seconds(wait_time, "wait_time")
-        if await self.try_lock(wait_time, lease_time):
-            return self._token()
-        return None
+        if await self._grant(check_seconds(wait_time, "wait_time"), lease_time, owner) is None:
+            return None
+        return self._token(owner)
 
-    async def get_token(self) -> int:
-        """The latest fencing token handed out for this lock (0 before the first)."""
-        self._client.check()
-        value = await self._read("GET", token_key(self.name))
-        return int(value) if value is not None else 0
-
-    def _token(self) -> int:
-        token = self._current_hold().token
+    def _token(self, owner: Owner | None) -> int:
+        """The token of the owner's hold (the first count's, for a reentrant hold)."""
+        token = self._held(owner).token
         assert token is not None
         return token
 
-    def _acquire_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
-        return scripts.FENCED_LOCK_ACQUIRE, (self.name, token_key(self.name))
-
-    def _parse_acquire_reply(self, reply: Any) -> tuple[int | None, int | None]:
-        acquired, value = int(reply[0]), int(reply[1])
-        return (None, value) if acquired else (value, None)
-
-    async def _resolved_acquire_reply(self) -> Any:
-        # The acquire ran and we hold the lock, so nobody has taken a newer token since.
-        return [1, await self.get_token()]
+    async def get_token(self) -> int:
+        """The latest fencing token handed out for this lock (0 before the first)."""
+        rule = self._rule
+        assert isinstance(rule, FencedRule)
+        return await rule.token(self._client.runtime())

@@ -1,65 +1,201 @@
-"""The reentrant lock (Redisson's RLock), owned by the asyncio Task that took it."""
+"""The reentrant lock (Redisson's RLock): a script and a rule on the shared acquisition loop."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import anyio
-from redis.exceptions import RedisError
-
-from . import scripts
-from .errors import ClientClosedError, LockLostError, LockNotOwnedError, RedisOperationError
-from .holds import Hold, LostCallback
-from .keys import UNLOCK_MESSAGE, check_seconds, lock_channel, to_millis
+from . import acquire, scripts
+from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule, Runtime
+from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
+from .keys import (
+    UNLOCK_MESSAGE,
+    WAKE_ALL_MESSAGE,
+    check_lease,
+    check_seconds,
+    lock_channel,
+    to_millis,
+)
+from .leases import Hold, HoldState, LostCallback, Owner, Renewal
+from .pubsub import ALL
+from .transport import NotSent
 
 if TYPE_CHECKING:
     from .client import AioLock
 
-T = TypeVar("T")
+logger = logging.getLogger("aiolock")
+
+_UNLOCK = UNLOCK_MESSAGE.encode()
+_WAKE_ALL = WAKE_ALL_MESSAGE.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class LockStatistics:
+    """What this client knows of one lock, for one owner (no Redis call)."""
+
+    name: str
+    #: the owner asked about (the current task by default)
+    owner: str
+    #: the owner holds it (as far as this client knows)
+    held: bool
+    hold_count: int
+    #: the hold's state: acquiring, held, releasing, released, lost (None: no hold)
+    state: str | None
+    #: the owner's hold was lost and it has not unlocked it as often as it took it
+    lost: bool
+    #: seconds until the hold's lease runs out unless renewed (None: not held)
+    lease_remaining: float | None
+    #: the watchdog renews the hold
+    renewed: bool
+    #: tasks of this client parked waiting for the lock
+    tasks_waiting: int
+
+
+def lock_wakes(data: bytes) -> int:
+    """A lock channel's messages: ``0`` wakes one waiter, ``1`` wakes every waiter."""
+    if data == _UNLOCK:
+        return 1
+    if data == _WAKE_ALL:
+        return ALL
+    raise ValueError(data)
+
+
+class LockRule(Rule):
+    """The reentrant lock: a hash at ``name`` (owner id -> hold count, TTL = lease)."""
+
+    __slots__ = ("_channel", "_channel_key", "key", "name", "renewal")
+
+    def __init__(self, name: str) -> None:
+        self.name = self.key = name
+        self._channel_key = lock_channel(name)
+        self._channel = self._channel_key.encode()
+        self.renewal = Renewal(scripts.LOCK_RENEW, name)
+
+    def channel(self, owner: str) -> bytes:
+        return self._channel
+
+    def wakes(self, data: bytes) -> int:
+        return lock_wakes(data)
+
+    def attempt(self, owner: str, lease_ms: int, wait_ms: int | None) -> Command:
+        return scripts.LOCK_ACQUIRE.command((self.name,), (lease_ms, owner))
+
+    def parse(self, reply: Any) -> Attempt:
+        return GRANTED if reply is None else Attempt(False, int(reply))
+
+    async def count(self, rt: Runtime, owner: str) -> int:
+        """The owner's hold count on the server."""
+        value = await acquire.read(rt, self.key, "HGET", self.name, owner, what="reading a hold")
+        return int(value) if value is not None else 0
+
+    async def settle_attempt(self, rt: Runtime, owner: str, count: int) -> Attempt | Any:
+        now = await self.count(rt, owner)
+        if now == count + 1:
+            return GRANTED
+        if now == count:
+            return NOT_RUN
+        return Attempt(False, 0)  # the owner's hold changed under it: not this attempt's
+
+    def release(self, owner: str, lease_ms: int, count: int) -> Command:
+        return scripts.LOCK_RELEASE.command(
+            (self.name, self._channel_key), (UNLOCK_MESSAGE, lease_ms, owner, count)
+        )
+
+    def parse_release(self, reply: Any) -> bool | None:
+        return None if reply is None or reply == -1 else reply == 1
+
+    async def settle_release(self, rt: Runtime, owner: str, count: int) -> bool | Any | None:
+        now = await self.count(rt, owner)
+        if now == count - 1:
+            return now == 0
+        if now == count:
+            return NOT_RUN
+        return None
+
+    def purge(self, owner: str) -> Command:
+        return scripts.LOCK_PURGE.command((self.name, self._channel_key), (UNLOCK_MESSAGE, owner))
+
+    def force_unlock(self) -> Command:
+        """The command that deletes the lock whoever holds it and wakes its waiters; it
+        replies 1 (deleted), 0 (nothing there) or -1 (held in a way this lock object may not
+        force: the other mode of a read-write lock)."""
+        return scripts.LOCK_FORCE_UNLOCK.command((self.name, self._channel_key), (UNLOCK_MESSAGE,))
 
 
 class Lock:
     """A reentrant distributed lock; get one with ``client.lock(name)``.
 
-    The owner is the current asyncio Task: the same task may take the lock again (the hold
-    count grows) and must unlock as often; any other task, in this process or another, waits.
-    Waiting is woken by the unlock message on the lock's channel, never by polling.
-    ``async with lock:`` is :meth:`lock` followed by a shielded :meth:`unlock`.
+    The owner is the current asyncio Task (or an explicit :class:`~aiolock.Owner` passed as
+    ``owner=``): it may take the lock again (the hold count grows) and must unlock as often;
+    any other owner, in this process or another, waits. Waiting is woken by the unlock
+    message on the lock's channel, never by polling. ``async with lock:`` is :meth:`lock`
+    then :meth:`unlock`. Lock objects are cheap and stateless: two of one name on one client
+    are the same lock.
     """
 
-    __slots__ = ("_channel", "_client", "name")
+    __slots__ = ("_client", "_rule", "name")
+
+    _rule_class: type[LockRule] = LockRule
 
     def __init__(self, client: AioLock, name: str) -> None:
         self._client = client
         self.name = name
-        self._channel = lock_channel(name)
+        self._rule = client.rule(self._rule_class, name)
 
     def __repr__(self) -> str:
-        return f"<aiolock.{type(self).__name__} {self.name!r}>"
+        try:
+            stats = self.statistics() if _in_task() else None
+        except AioLockError:  # a closed client, another event loop: no state to show
+            stats = None
+        state = f" held x{stats.hold_count}" if stats is not None and stats.held else ""
+        return f"<aiolock.{type(self).__name__} {self.name!r}{state}>"
 
     # -- acquiring --------------------------------------------------------------------------
 
-    async def try_lock(self, wait_time: float = 0, lease_time: float | None = None) -> bool:
+    async def try_lock(
+        self, wait_time: float = 0, lease_time: float | None = None, *, owner: Owner | None = None
+    ) -> bool:
         """Take the lock, waiting at most ``wait_time`` seconds; True if taken.
 
         With ``lease_time`` (seconds) the hold expires after it and is never renewed; without
         it the lease is ``config.watchdog_timeout`` and the watchdog renews it while held.
+        Returns or raises within ``wait_time + config.command_timeout``.
         """
-        wait = check_seconds(wait_time, "wait_time")
-        lease_ms = self._lease_ms(lease_time)
-        self._client.check()
-        return await self._acquire(self._client.owner(), lease_ms, lease_time is None, wait)
+        wait = (
+            0.0
+            if wait_time == 0 and type(wait_time) is int
+            else check_seconds(wait_time, "wait_time")
+        )
+        return await self._grant(wait, lease_time, owner) is not None
 
-    async def lock(self, lease_time: float | None = None) -> None:
+    async def lock(self, lease_time: float | None = None, *, owner: Owner | None = None) -> None:
         """Take the lock, waiting as long as it takes."""
-        lease_ms = self._lease_ms(lease_time)
-        self._client.check()
-        await self._acquire(self._client.owner(), lease_ms, lease_time is None, None)
+        await self._grant(None, lease_time, owner)
+
+    def _grant(
+        self, wait: float | None, lease_time: float | None, owner: Owner | None
+    ) -> Coroutine[Any, Any, Attempt | None]:
+        """Take one count for ``owner``: the acquisition to await (its grant, or None if
+        ``wait`` ran out). A plain function: no coroutine frame of its own per waiter."""
+        client = self._client
+        if lease_time is None:
+            lease_ms = to_millis(client.config.watchdog_timeout)
+        else:
+            lease_ms = to_millis(check_lease(lease_time, "lease_time"))
+        return acquire.acquire(
+            client.runtime(),
+            self._rule,
+            self._owner(owner),
+            wait=wait,
+            lease_ms=lease_ms,
+            renew=lease_time is None,
+        )
 
     async def __aenter__(self) -> Lock:
         await self.lock()
@@ -71,322 +207,157 @@ class Lock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.unlock()
+        await unlock_at_exit(self, exc, None)
 
-    def _lease_ms(self, lease_time: float | None) -> int:
-        if lease_time is None:
-            return to_millis(self._client.config.watchdog_timeout)
-        return to_millis(check_seconds(lease_time, "lease_time", positive=True))
+    def __enter__(self) -> NoReturn:
+        raise TypeError(f"use 'async with' with an aiolock {type(self).__name__}, not 'with'")
 
-    async def _acquire(self, owner: str, lease_ms: int, renew: bool, wait: float | None) -> bool:
-        """Redisson's loop: try; subscribe; retry; then wait for a release message (at most
-        the holder's TTL or the time left) before each further try."""
-        loop = asyncio.get_running_loop()
-        sent_at = loop.time()
-        hub = self._client.pubsub
-        # When tasks of this client already wait for a release, join them instead of barging
-        # in with a try that would fail (one round trip saved, and first come first served
-        # among local waiters). The wait is bounded by the holder's lease they last saw.
-        ttl = self._local_queue_ttl(owner, sent_at) if wait != 0 else None
-        if ttl is None:
-            ttl = await self._attempt(owner, lease_ms, renew)
-            if ttl is None:
-                return True
-            if wait is not None and wait <= 0:
-                return False
-        deadline = None if wait is None else sent_at + wait
-        entry = await hub.subscribe(self._channel)
-        try:
-            # A release between our try and a subscription confirmed after it sent no message
-            # we could see: try again. A subscription confirmed before the try needs no retry.
-            if entry.confirmed_at is None or entry.confirmed_at > sent_at:
-                ttl = await self._attempt(owner, lease_ms, renew)
-                if ttl is None:
-                    return True
-            while True:
-                timeout = None
-                if ttl >= 0:
-                    timeout = ttl / 1000
-                    entry.holder_until = max(entry.holder_until, loop.time() + timeout)
-                if deadline is not None:
-                    left = deadline - loop.time()
-                    if left <= 0:
-                        return False
-                    timeout = left if timeout is None else min(timeout, left)
-                await entry.wait(timeout)
-                if hub.closed:
-                    raise ClientClosedError(f"client closed while waiting for lock {self.name!r}")
-                ttl = await self._attempt(owner, lease_ms, renew)
-                if ttl is None:
-                    return True
-        finally:
-            hub.release(entry)
-
-    def _local_queue_ttl(self, owner: str, now: float) -> int | None:
-        """If tasks of this client are waiting for this lock under a live lease, the ms left
-        of that lease; else None. Never for the holder itself (it would wait for itself)."""
-        entry = self._client.pubsub.entry(self._channel)
-        if (
-            entry is None
-            or entry.waiting == 0
-            or entry.confirmed_at is None
-            or entry.holder_until <= now
-            or (self.name, owner) in self._client._holds
-        ):
-            return None
-        return round((entry.holder_until - now) * 1000)
-
-    async def _attempt(self, owner: str, lease_ms: int, renew: bool) -> int | None:
-        """One acquire, safe against cancellation: None if taken, else the holder's TTL (ms).
-
-        If the caller is cancelled while the script is in flight, the script still completes
-        and a hold it obtained is released before the CancelledError propagates."""
-        return await self._client.run_shielded(
-            self._acquire_once(owner, lease_ms, renew), undo=self._undo_acquire(owner)
-        )
-
-    def _undo_acquire(self, owner: str) -> Callable[[int | None], Awaitable[None]]:
-        async def undo(ttl: int | None) -> None:
-            hold = self._client._holds.get((self.name, owner))
-            if ttl is None and hold is not None:
-                await self._release_once(hold)
-
-        return undo
-
-    async def _acquire_once(self, owner: str, lease_ms: int, renew: bool) -> int | None:
-        holds = self._client._holds
-        hold = holds.get((self.name, owner))
-        if hold is not None and hold.lost is not None:
-            self._forget(hold)  # a new hold starts afresh
-            hold = None
-        before = hold.count if hold is not None else 0
-        sent_at = asyncio.get_running_loop().time()
-        script, keys = self._acquire_script()
-        reply = await self._run_resolved(
-            script,
-            keys,
-            (lease_ms, owner),
-            owner,
-            ran_if=lambda count: count == before + 1,
-            not_run_if=lambda count: count == before,
-            ran_reply=self._resolved_acquire_reply,
-        )
-        ttl, token = self._parse_acquire_reply(reply)
-        if ttl is not None:
-            return ttl
-        if hold is None:
-            hold = holds[(self.name, owner)] = Hold(self.name, owner, lease_ms)
-        hold.count += 1
-        hold.lease_ms = lease_ms
-        hold.token = token if token is not None else hold.token
-        hold.confirm(sent_at)
-        if renew and not hold.renewed:
-            self._client.watchdog.register(hold)
-        return None
-
-    # The acquire script and its reply, overridden by the fenced lock.
-
-    def _acquire_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
-        return scripts.LOCK_ACQUIRE, (self.name,)
-
-    def _parse_acquire_reply(self, reply: Any) -> tuple[int | None, int | None]:
-        """(holder's TTL or None if acquired, fencing token or None)."""
-        return (None if reply is None else int(reply)), None
-
-    async def _resolved_acquire_reply(self) -> Any:
-        """The reply an acquire that is known to have run would have given."""
-        return None
+    def __exit__(self, *args: object) -> None:  # pragma: no cover - __enter__ always raises
+        pass
 
     # -- releasing --------------------------------------------------------------------------
 
-    async def unlock(self) -> None:
-        """Drop one hold of the current task; the last one releases the lock.
+    async def unlock(self, *, owner: Owner | None = None) -> None:
+        """Drop one hold count of the owner (the current task by default); the last one
+        releases the lock.
 
-        Shielded: once called, the release completes even if the caller is cancelled.
-        Raises LockNotOwnedError if the current task holds no count of this lock, and
-        LockLostError if it did but the hold was lost (lease expired, force-unlocked, or
-        renewal not confirmed in time).
+        Once called, the release completes even if the caller is cancelled. Raises
+        LockNotOwnedError if the owner holds no count, LockLostError if it did but the hold
+        was lost (lease expired, force-unlocked, renewal not confirmed in time, client
+        closed), and a RedisOperationError if the release could not be confirmed within
+        ``config.cleanup_timeout`` (it is finished in the background then; the hold is never
+        renewed again).
         """
         client = self._client
-        client.check()
-        hold = self._current_hold()
-        await client.run_shielded(self._release_once(hold))
-
-    def _current_hold(self) -> Hold:
-        owner = self._client.owner()
-        hold = self._client._holds.get((self.name, owner))
-        if hold is None:
-            raise LockNotOwnedError(
-                f"lock {self.name!r} is not held by the current task (owner id {owner})",
-                name=self.name,
-                owner=owner,
-            )
-        return hold
-
-    async def _release_once(self, hold: Hold) -> None:
-        if hold.lost is None:
-            before = hold.count
-            # Local waiters are woken by the release's reply, not by the message coming back.
-            entry = self._client.pubsub.expect_echo(self._channel) if before == 1 else None
-            released = None
-            try:
-                released = await self._run_resolved(
-                    scripts.LOCK_RELEASE,
-                    (self.name, self._channel),
-                    (UNLOCK_MESSAGE, hold.lease_ms, hold.owner),
-                    hold.owner,
-                    ran_if=lambda count: count == before - 1,
-                    not_run_if=lambda count: count == before,
-                    ran_reply=lambda: _constant(1 if before == 1 else 0),
-                )
-            finally:
-                if entry is not None:
-                    entry.echo_delivered_early(released == 1)
-            if released is not None:
-                hold.count -= 1
-                if released == 1 or hold.count <= 0:
-                    self._forget(hold)
-                return
-            hold.mark_lost("its lease expired or it was force-unlocked")
-        # Each unlock of a lost hold reports the loss and uses up one count; no Redis call:
-        # whatever is left of it on the server expires with its lease, never renewed again.
-        hold.count -= 1
-        if hold.count <= 0:
-            self._forget(hold)
-        assert hold.lost is not None
-        raise LockLostError(str(hold.lost), name=self.name, owner=hold.owner)
-
-    def _forget(self, hold: Hold) -> None:
-        hold.end()
-        if hold.renewed:
-            self._client.watchdog.unregister(hold)
-        holds = self._client._holds
-        if holds.get((hold.name, hold.owner)) is hold:
-            del holds[(hold.name, hold.owner)]
+        rt = client.runtime(closed_ok=True)  # a closed client's lost holds are reported
+        await acquire.release(rt, self._rule, self._owner(owner))
 
     async def force_unlock(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held.
 
-        Holds of this client on the lock are marked lost (their guards are cancelled)."""
+        Holds of other owners of this client on the lock are marked lost (their guards are
+        cancelled); the calling owner's own hold simply ends."""
         client = self._client
-        client.check()
+        rt = client.runtime()
         try:
-            deleted = await client.run_script(
-                scripts.LOCK_FORCE_UNLOCK, (self.name, self._channel), (UNLOCK_MESSAGE,)
-            )
-        except (RedisError, scripts.OutcomeUnknown, scripts.NotSent) as exc:
-            raise RedisOperationError(f"force_unlock of {self.name!r} failed: {exc}") from exc
-        for hold in [h for h in client._holds.values() if h.name == self.name]:
-            hold.mark_lost("it was force-unlocked")
-            if hold.renewed:
-                client.watchdog.unregister(hold)
-        return bool(deleted)
+            reply = await acquire.command(rt, self.name, self._rule.force_unlock(), None)
+        except NotSent as exc:
+            raise RedisOperationError(f"force_unlock of {self.name!r}: {exc}") from exc
+        if not isinstance(reply, int):  # idempotent: a lost reply may be asked again
+            raise RedisOperationError(f"force_unlock of {self.name!r} failed: {reply}")
+        if reply < 0:
+            return False  # held in a way this object may not force: nothing was done
+        mine = {client.resolve_owner(None).id, self._owner(None).id}
+        for hold in client.holds_of(self.name):
+            if hold.owner.id in mine:
+                rt.leases.released(hold)
+            else:
+                rt.leases.lose(hold, "it was force-unlocked", cleanup=False)
+        return bool(reply)
 
     # -- losing -------------------------------------------------------------------------------
 
-    def on_lost(self, callback: LostCallback) -> Callable[[], None]:
-        """Call ``callback(LockLostError)`` once if the current task's hold is lost.
+    def on_lost(self, callback: LostCallback, *, owner: Owner | None = None) -> Callable[[], None]:
+        """Call ``callback(LockLostError)`` once if the owner's hold is lost.
 
         The hold is lost when a renewal finds the lock gone, when its lease runs out before a
-        renewal is confirmed (e.g. Redis unreachable), or when it is force-unlocked. The
-        callback runs soon after, from the event loop (a coroutine result is run as a task);
-        it must not block. Returns a function that removes the callback.
-        Raises LockNotOwnedError if the current task does not hold the lock.
+        renewal is confirmed (e.g. Redis unreachable), when it is force-unlocked, when its
+        task ends without unlocking, or when the client closes. The callback runs soon after,
+        from the event loop (a coroutine result is run as a task); it must not block.
+        Returns a function that removes the callback.
+        Raises LockNotOwnedError if the owner does not hold the lock.
         """
-        self._client.check()
-        return self._current_hold().add_callback(callback)
+        return self._client.runtime().leases.on_lost(self._held(owner), callback)
 
     @asynccontextmanager
-    async def guard(self, lease_time: float | None = None) -> AsyncIterator[Lock]:
+    async def guard(
+        self, lease_time: float | None = None, *, owner: Owner | None = None
+    ) -> AsyncIterator[Lock]:
         """Hold the lock for the body and cancel the body if the hold is lost.
 
         ``async with lock.guard():`` takes the lock like ``async with lock:``; when the hold
-        is lost, the body is cancelled (an anyio cancel scope) and LockLostError is raised
-        from the ``async with``, so work done under a lock you no longer hold stops.
+        is lost, the body is cancelled once (as ``asyncio.timeout`` does: ``finally`` blocks
+        and other cleanup in it still run) and LockLostError is raised from the
+        ``async with``, so work done under a lock no longer held stops.
         """
-        await self.lock(lease_time)
-        hold = self._current_hold()
-        with anyio.CancelScope() as scope:
-            remove = hold.add_callback(lambda _: scope.cancel())
-            try:
-                yield self
-            finally:
-                remove()
-                if hold.lost is None:
-                    await self.unlock()
-        if hold.lost is not None:
-            await self.unlock()  # raises LockLostError
+        await self.lock(lease_time, owner=owner)
+        hold = self._held(owner)
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        state = {"inside": True, "cancelled": False}
 
-    # -- running scripts whose reply may be lost ----------------------------------------------
+        def lost(_: LockLostError) -> None:
+            if state["inside"]:
+                state["cancelled"] = True
+                task.cancel(f"aiolock: the hold on {self.name!r} was lost")
 
-    async def _run_resolved(
-        self,
-        script: scripts.Script,
-        keys: tuple[str, ...],
-        args: tuple[Any, ...],
-        owner: str,
-        *,
-        ran_if: Callable[[int], bool],
-        not_run_if: Callable[[int], bool],
-        ran_reply: Callable[[], Awaitable[Any]],
-    ) -> Any:
-        """Run a lock script that changes ``owner``'s count, never blindly twice.
+        remove = self._client.runtime().leases.on_lost(hold, lost)
+        try:
+            yield self
+        except asyncio.CancelledError as exc:
+            state["inside"] = False
+            if state["cancelled"] and task.uncancel() <= cancelling:
+                await unlock_at_exit(self, None, owner, lost_ok=True)
+                assert hold.lost is not None
+                raise hold.lost from exc
+            await unlock_at_exit(self, exc, owner)
+            raise
+        except BaseException as exc:
+            state["inside"] = False
+            await unlock_at_exit(self, exc, owner)
+            raise
+        else:
+            state["inside"] = False
+            await unlock_at_exit(self, None, owner)
+        finally:
+            state["inside"] = False
+            remove()
 
-        When its reply is lost the owner's count on the server tells what happened: if the
-        script ran, ``ran_reply()`` stands for its reply; if it did not, it is tried again (at
-        most ``config.retry_attempts`` times); anything else is reported as unresolved."""
-        attempts = self._client.config.retry_attempts + 1
-        for attempt in range(attempts):
-            try:
-                return await self._client.run_script(script, keys, args)
-            except scripts.NotSent as exc:
-                if attempt == attempts - 1:
-                    raise RedisOperationError(f"{script.name} on {self.name!r}: {exc}") from exc
-            except scripts.OutcomeUnknown as exc:
-                count = await self._server_count(owner)
-                if ran_if(count):
-                    return await ran_reply()
-                if not not_run_if(count):
-                    raise RedisOperationError(
-                        f"{script.name} on {self.name!r}: {exc}; the owner's count is now "
-                        f"{count}, so the outcome is unknown"
-                    ) from exc
-                if attempt == attempts - 1:
-                    raise RedisOperationError(
-                        f"{script.name} on {self.name!r} failed {attempts} times: {exc}"
-                    ) from exc
-            except RedisError as exc:
-                raise RedisOperationError(f"{script.name} on {self.name!r} failed: {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+    # -- reading --------------------------------------------------------------------------------
 
-    async def _server_count(self, owner: str) -> int:
-        value = await self._read("HGET", self.name, owner)
-        return int(value) if value is not None else 0
+    def statistics(self, *, owner: Owner | None = None) -> LockStatistics:
+        """What this client knows of the lock for ``owner`` (the current task by default)."""
+        who = self._owner(owner)
+        rt = self._client.runtime(closed_ok=True)
+        hold = rt.leases.get(self.name, who)
+        if hold is not None:
+            rt.leases.current(hold)
+        remaining = None
+        if hold is not None and hold.state is HoldState.HELD:
+            remaining = max(0.0, hold.deadline - asyncio.get_running_loop().time())
+        return LockStatistics(
+            name=self.name,
+            owner=who.id,
+            held=hold is not None and hold.state is HoldState.HELD,
+            hold_count=hold.count if hold is not None else 0,
+            state=hold.state.value if hold is not None else None,
+            lost=hold is not None and hold.stale > 0,
+            lease_remaining=remaining,
+            renewed=hold is not None and hold.renewal is not None and hold.state is HoldState.HELD,
+            tasks_waiting=self._tasks_waiting(who),
+        )
 
-    # -- inspecting ---------------------------------------------------------------------------
-
-    async def _read(self, *command: Any) -> Any:
-        return await self._client.read(*command, what=f"reading lock {self.name!r}")
+    def _tasks_waiting(self, who: Owner) -> int:
+        """Tasks of this client parked waiting for the lock (no Redis call)."""
+        entry = self._client.runtime(closed_ok=True).pubsub.entry(self._rule.channel(who.id))
+        return entry.parked if entry is not None else 0
 
     async def is_locked(self) -> bool:
-        """True if any owner holds the lock."""
-        self._client.check()
+        """True if anyone holds the lock (checked on the server)."""
         return bool(await self._read("EXISTS", self.name))
 
-    async def is_held_by_current_task(self) -> bool:
-        """True if the current task holds the lock (checked on the server)."""
-        self._client.check()
-        owner = self._client.owner()
-        return bool(await self._read("HEXISTS", self.name, owner))
+    async def is_held_by_current_task(self, *, owner: Owner | None = None) -> bool:
+        """True if the owner (the current task by default) holds the lock (on the server)."""
+        return await self.hold_count(owner=owner) > 0
 
-    async def hold_count(self) -> int:
-        """How many times the current task holds the lock (0 if not at all)."""
-        self._client.check()
-        return await self._server_count(self._client.owner())
+    async def hold_count(self, *, owner: Owner | None = None) -> int:
+        """How many times the owner (the current task by default) holds the lock (server)."""
+        rt = self._client.runtime()
+        return await self._rule.count(rt, rt.leases.field(self.name, self._owner(owner)))
 
     async def remaining_ttl(self) -> float | None:
         """Seconds until the lease runs out; None if unlocked, ``math.inf`` if it never does."""
-        self._client.check()
         pttl = int(await self._read("PTTL", self.name))
         if pttl == -2:
             return None
@@ -394,6 +365,48 @@ class Lock:
             return math.inf
         return pttl / 1000
 
+    async def _read(self, *args: Any) -> Any:
+        return await acquire.read(self._client.runtime(), self.name, *args, what=args[0])
 
-async def _constant(value: T) -> T:
-    return value
+    def _owner(self, owner: Owner | None) -> Owner:
+        """The owner whose hold an operation is about: ``owner``, or the current task's."""
+        return self._client.resolve_owner(owner)
+
+    def _held(self, owner: Owner | None) -> Hold:
+        who = self._owner(owner)
+        leases = self._client.runtime().leases
+        hold = leases.get(self.name, who)
+        if hold is None or leases.current(hold).state is not HoldState.HELD:
+            raise LockNotOwnedError(
+                f"lock {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
+            )
+        return hold
+
+
+async def unlock_at_exit(
+    lock: Lock, exc: BaseException | None, owner: Owner | None, *, lost_ok: bool = False
+) -> None:
+    """The unlock at the end of an ``async with``: the body's own exception wins; an unlock
+    failure is attached to it as a note (and logged) instead of replacing it."""
+    try:
+        await lock.unlock(owner=owner)
+    except LockLostError:
+        if lost_ok:
+            return
+        if exc is None:
+            raise
+        exc.add_note(f"aiolock: the hold on {lock.name!r} was lost before the end of the block")
+    except AioLockError as error:
+        if exc is None:
+            raise
+        exc.add_note(f"aiolock: releasing {lock.name!r} failed: {error}")
+        logger.warning(
+            "aiolock: releasing %r after an error in the block failed: %s", lock.name, error
+        )
+
+
+def _in_task() -> bool:
+    try:
+        return asyncio.current_task() is not None
+    except RuntimeError:
+        return False

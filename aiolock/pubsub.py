@@ -1,275 +1,251 @@
-"""The shared pub/sub connection of one client and its per-channel wait entries.
+"""Wait entries: the local waiters of one pub/sub channel, sharing one subscription.
 
-One connection carries every channel. A waiter borrows the :class:`Entry` of its lock's
-channel with :meth:`PubSubHub.subscribe`, which returns once the server has confirmed the
-subscription, and gives it back with :meth:`PubSubHub.release`. Entries are reference-counted:
-the channel is subscribed for the first waiter and unsubscribed when the last one leaves.
+A waiter borrows the :class:`Entry` of its channel with :meth:`PubSub.subscribe` (returns once
+the server confirmed the subscription) and gives it back with :meth:`PubSub.release`. Entries
+are reference-counted: the channel is subscribed for the first waiter and unsubscribed when
+the last one leaves, so one waiter giving up never cancels a subscription others share.
 
-A reader task dispatches messages and never runs user code: an unlock message (``"0"``)
-releases one permit of the entry's ``asyncio.Semaphore`` (one waiter wakes per release; a
-message that arrives before anyone waits is kept as a permit), a read-unlock message (``"1"``)
-wakes every waiter of the entry. Pub/sub is at-most-once, so after the connection drops and
-comes back every waiter is woken to re-check; waits are always bounded by the holder's TTL.
-A connection silent for ``pubsub_ping_interval`` is sent a PING; one that does not answer
-within another interval is dropped and opened again.
+A message wakes as many parked waiters as the channel's wake rule says (``wakes(payload)``:
+one for a lock's unlock message, all for a write unlock, the released count for a semaphore).
+Waiters are woken in the order they parked, each using its weight of the wake-up (a
+semaphore's waiter for k permits weighs k, everyone else 1); one heavier than what is left is
+passed over and keeps its place. A wake-up that finds nobody to wake is kept as a permit (up
+to the number of borrowers), so a message arriving between a failed attempt and the wait is
+not lost. When the subscription is lost or renewed, everyone is woken to re-check. Waits are
+always bounded by the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from typing import Any
+from collections import deque
+from collections.abc import Callable
 
-import hiredis
-from redis.asyncio import ConnectionPool
-from redis.exceptions import ConnectionError as RedisConnectionError
-
-from .config import Config
-from .connection import NotSent, open_streams, pack
-from .errors import ClientClosedError
-from .keys import READ_UNLOCK_MESSAGE
+from .transport import Transport
 
 logger = logging.getLogger("aiolock.pubsub")
 
+Wakes = Callable[[bytes], int]
+#: a wake rule's answer meaning "every waiter"
+ALL = -1
+
 
 class Entry:
-    """The wait entry of one channel, shared by every local waiter on it."""
+    """The wait entry of one channel (see the module docstring)."""
 
     __slots__ = (
-        "_skip_echoes",
+        "_parked",
+        "_permits",
+        "_wakes",
+        "_weights",
         "channel",
         "confirmed",
         "confirmed_at",
         "holder_until",
+        "key",
         "refs",
-        "semaphore",
-        "waiting",
     )
 
-    def __init__(self, channel: str) -> None:
+    def __init__(self, channel: bytes, key: str, wakes: Wakes) -> None:
         self.channel = channel
+        self.key = key
         self.refs = 0
-        self.waiting = 0
-        self.semaphore = asyncio.Semaphore(0)
-        self.confirmed = asyncio.get_running_loop().create_future()
-        #: loop time at which the current subscription was confirmed (None until then)
+        self._wakes = wakes
+        self._parked: deque[asyncio.Future[bool]] = deque()
+        self._permits = 0
+        #: the weights of parked waiters that weigh more than 1 (None: no such waiter yet;
+        #: a lock's waiters never make one)
+        self._weights: dict[asyncio.Future[bool], int] | None = None
+        self.confirmed: asyncio.Future[None] | None = None
+        #: loop time at which the current subscription was confirmed (None: not listening)
         self.confirmed_at: float | None = None
         #: loop time at which the holder's lease ends, as last seen by a failed attempt
         self.holder_until = 0.0
-        self._skip_echoes = 0
 
     def __repr__(self) -> str:
-        return f"<Entry {self.channel} refs={self.refs} waiting={self.waiting}>"
+        return f"<Entry {self.channel!r} refs={self.refs} parked={self.parked}>"
 
-    async def wait(self, seconds: float | None) -> bool:
-        """Wait at most ``seconds`` (None: no bound) for a wake-up; True if one came."""
-        self.waiting += 1
+    @property
+    def parked(self) -> int:
+        """Waiters parked now."""
+        return sum(1 for future in self._parked if not future.done())
+
+    def park(
+        self, until: float, weight: int = 1
+    ) -> tuple[asyncio.Future[bool], asyncio.TimerHandle | None]:
+        """A future that turns True when a wake-up comes (at once if one is kept) or False at
+        loop time ``until``, and the timer that ends it (cancel it once the future is done).
+        ``weight`` is the waiter's share of a wake-up (see :meth:`wake`). A waiter woken and
+        then cancelled before it resumes must call :meth:`pass_on` with its weight."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        if self._permits:
+            self._permits -= 1
+            future.set_result(True)
+            return future, None
+        self._parked.append(future)
+        if weight != 1:
+            if self._weights is None:
+                self._weights = {}
+            self._weights[future] = weight
+        return future, loop.call_at(until, _time_up, future)
+
+    def pass_on(self, future: asyncio.Future[bool], weight: int = 1) -> None:
+        """The waiter of ``future`` (of ``weight``) leaves without using it (cancelled, out
+        of time): a wake-up it got goes to the next."""
+        if future.done() and not future.cancelled() and future.result():
+            self.wake(weight)
+        elif self._weights:
+            self._weights.pop(future, None)
+
+    def wake(self, count: int) -> None:
+        """Wake parked waiters in turn while their weights fit in ``count`` (:data:`ALL`:
+        every one); a waiter heavier than what is left is passed over and keeps its place.
+        What finds nobody to wake is kept as permits, up to the number of borrowers."""
+        parked = self._parked
+        weights = self._weights
+        if count == ALL:
+            while parked:
+                future = parked.popleft()
+                if not future.done():
+                    future.set_result(True)
+            if weights:
+                weights.clear()
+            self._permits = self.refs
+            return
+        if not weights:  # every waiter weighs 1 (always so for the locks)
+            woken = 0
+            while parked and woken < count:
+                future = parked.popleft()
+                if not future.done():
+                    future.set_result(True)
+                    woken += 1
+            if woken < count:
+                self._permits = min(self.refs, self._permits + count - woken)
+            return
+        left = count
+        passed: list[asyncio.Future[bool]] | None = None
+        while parked and left > 0:
+            future = parked.popleft()
+            if future.done():
+                weights.pop(future, None)
+                continue
+            weight = weights.get(future, 1)
+            if weight > left:
+                if passed is None:
+                    passed = []
+                passed.append(future)
+                continue
+            weights.pop(future, None)
+            future.set_result(True)
+            left -= weight
+        if passed is not None:
+            parked.extendleft(reversed(passed))
+        if left > 0:
+            self._permits = min(self.refs, self._permits + left)
+
+    # -- the transport's Listener ---------------------------------------------------------------
+
+    def on_message(self, data: bytes) -> None:
         try:
-            async with asyncio.timeout(seconds):
-                await self.semaphore.acquire()
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            self.waiting -= 1
+            count = self._wakes(data)
+        except ValueError:
+            logger.warning(
+                "aiolock: ignoring a malformed message %r on %r", data[:100], self.channel
+            )
+            return
+        if count:
+            self.wake(count)
 
-    def wake_one(self) -> None:
-        self.semaphore.release()
-
-    def wake_all(self) -> None:
-        for _ in range(max(1, self.waiting)):
-            self.semaphore.release()
-
-    def expect_echo(self) -> None:
-        """A task of this client is about to release the lock: the unlock message it may
-        publish is to pass unseen (registered before sending, since the message may arrive
-        before the release's reply)."""
-        self._skip_echoes += 1
-
-    def echo_delivered_early(self, published: bool) -> None:
-        """The release's reply came: if it published, give its permit now, without waiting
-        for the message to come back; if it did not, no echo will come."""
-        if published:
-            self.semaphore.release()
-        elif self._skip_echoes:
-            self._skip_echoes -= 1
-
-    def on_message(self, data: str) -> None:
-        if data == READ_UNLOCK_MESSAGE:
-            self.wake_all()
-        elif self._skip_echoes:
-            self._skip_echoes -= 1
-        else:
-            self.wake_one()
-
-    def on_resubscribed(self) -> None:
-        """The connection came back: messages may have been lost, wake every waiter."""
-        self._skip_echoes = 0
-        self.wake_all()
+    def on_reset(self, listening: bool) -> None:
+        """The subscription was lost (``listening`` False) or made again (True): messages
+        may have been lost meanwhile, so everyone re-checks."""
+        self.confirmed_at = asyncio.get_running_loop().time() if listening else None
+        self.wake(ALL)
 
 
-class PubSubHub:
-    """One pub/sub connection per client, fanning messages out to wait entries."""
+def _time_up(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)
 
-    def __init__(self, pool: ConnectionPool, config: Config) -> None:
-        self._pool = pool
-        self._config = config
-        self._entries: dict[str, Entry] = {}
-        self._writer: asyncio.StreamWriter | None = None
-        # SUBSCRIBEs sent per channel and not yet confirmed: an entry is confirmed only by the
-        # confirmation of the last one (an older one may precede a pending UNSUBSCRIBE).
-        self._unconfirmed: dict[str, int] = {}
-        self._runner: asyncio.Task[None] | None = None
+
+class PubSub:
+    """The wait entries of one client, over its transport's subscriptions."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._entries: dict[bytes, Entry] = {}
         self._closed = False
-        #: how many times the pub/sub connection was opened (1 + reconnects)
-        self.connections_opened = 0
+
+    @property
+    def entries(self) -> int:
+        return len(self._entries)
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     @property
-    def channels(self) -> list[str]:
-        return list(self._entries)
+    def parked(self) -> int:
+        """Waiters parked now, on every channel."""
+        return sum(entry.parked for entry in self._entries.values())
 
-    def entry(self, channel: str) -> Entry | None:
+    def entry(self, channel: bytes) -> Entry | None:
         return self._entries.get(channel)
 
-    async def subscribe(self, channel: str) -> Entry:
-        """Borrow the entry of ``channel``; returns once the subscription is confirmed."""
-        if self._closed:
-            raise ClientClosedError("the client's pub/sub connection is closed")
+    async def subscribe(
+        self, channel: bytes, *, key: str, wakes: Wakes, deadline: float | None
+    ) -> Entry:
+        """Borrow the entry of ``channel`` once its subscription is confirmed.
+
+        Raises what the transport raises (NotSent, SubscribeRefused) or TimeoutError past
+        ``deadline``; the entry is given back then."""
         entry = self._entries.get(channel)
         if entry is None:
-            entry = self._entries[channel] = Entry(channel)
-            self._send("SUBSCRIBE", channel)
+            entry = self._entries[channel] = Entry(channel, key, wakes)
         entry.refs += 1
         try:
-            if not entry.confirmed.done():
-                await asyncio.shield(entry.confirmed)
-            if self._closed:
-                raise ClientClosedError("the client's pub/sub connection was closed")
+            confirmed = entry.confirmed
+            if confirmed is None or (
+                confirmed.done() and not confirmed.cancelled() and confirmed.exception()
+            ):
+                # Never subscribed, or its subscription failed (the pub/sub connection could
+                # not be opened) while others still borrow it: subscribe again.
+                self._listen(entry)
+            confirmed = entry.confirmed
+            assert confirmed is not None
+            if not confirmed.done():
+                if deadline is None:
+                    await asyncio.shield(confirmed)
+                else:
+                    async with asyncio.timeout_at(deadline):
+                        await asyncio.shield(confirmed)
+            confirmed.result()  # raises if it failed
         except BaseException:
             self.release(entry)
             raise
         return entry
 
+    def _listen(self, entry: Entry) -> None:
+        confirmed = entry.confirmed = self._transport.subscribe(entry.channel, entry, key=entry.key)
+
+        def done(future: asyncio.Future[None]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                entry.confirmed_at = asyncio.get_running_loop().time()
+
+        confirmed.add_done_callback(done)
+
     def release(self, entry: Entry) -> None:
-        """Give back an entry; the last holder's release unsubscribes the channel."""
+        """Give back an entry; the last borrower's release unsubscribes the channel."""
         entry.refs -= 1
         if entry.refs == 0 and self._entries.get(entry.channel) is entry:
             del self._entries[entry.channel]
             if not self._closed:
-                self._send("UNSUBSCRIBE", entry.channel)
+                self._transport.unsubscribe(entry.channel, key=entry.key)
 
-    def expect_echo(self, channel: str) -> Entry | None:
-        """See :meth:`Entry.expect_echo`; the entry to tell when the reply comes, if any."""
-        entry = self._entries.get(channel)
-        if entry is not None:
-            entry.expect_echo()
-        return entry
-
-    async def aclose(self) -> None:
-        """End the reader, close the connection, wake every waiter (they raise closed)."""
-        if self._closed:
-            return
+    def close(self) -> None:
+        """Wake every waiter (they re-check and find the client closed)."""
         self._closed = True
-        if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
         for entry in self._entries.values():
-            if not entry.confirmed.done():
-                entry.confirmed.set_result(None)
-            entry.wake_all()
-
-    # -- the connection -------------------------------------------------------------------
-
-    def _send(self, *args: str) -> None:
-        """Write a command now (writes are ordered); if disconnected, the reconnect
-        subscribes every entry anyway."""
-        if self._writer is not None and not self._writer.is_closing():
-            self._writer.write(pack(*args))
-            if args[0] == "SUBSCRIBE":
-                self._unconfirmed[args[1]] = self._unconfirmed.get(args[1], 0) + 1
-        if self._runner is None:
-            self._runner = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        """Open the connection, (re)subscribe every channel, read until it drops; repeat."""
-        interval = self._config.pubsub_ping_interval
-        while not self._closed:
-            try:
-                # connect() runs a handshake: bound it, the server may not answer at all
-                async with asyncio.timeout(2 * interval):
-                    conn, reader, writer = await open_streams(self._pool)
-            except (NotSent, TimeoutError) as exc:
-                logger.warning("aiolock pub/sub connection failed: %s; retrying", exc)
-            else:
-                self.connections_opened += 1
-                try:
-                    await self._serve(reader, writer, reconnected=self.connections_opened > 1)
-                except (OSError, RedisConnectionError, hiredis.ProtocolError) as exc:
-                    logger.warning("aiolock pub/sub connection lost: %r; reconnecting", exc)
-                finally:
-                    self._writer = None
-                    writer.close()
-                    with contextlib.suppress(Exception):
-                        await conn.disconnect(nowait=True)
-            if not self._closed:
-                await asyncio.sleep(self._config.pubsub_reconnect_delay)
-
-    async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, reconnected: bool
-    ) -> None:
-        """Subscribe every entry, then dispatch what arrives until the connection fails."""
-        channels = list(self._entries)
-        self._unconfirmed = dict.fromkeys(channels, 1)
-        for entry in self._entries.values():
-            entry.confirmed_at = None
-        self._writer = writer
-        if channels:
-            writer.write(pack("SUBSCRIBE", *channels))
-        parser = hiredis.Reader(encoding="utf-8")
-        interval = self._config.pubsub_ping_interval
-        silent = False
-        while True:
-            try:
-                async with asyncio.timeout(interval):
-                    data = await reader.read(1 << 16)
-            except TimeoutError:  # a whole interval without a word: is the connection alive?
-                if silent:
-                    raise RedisConnectionError(
-                        "the pub/sub connection did not answer a PING"
-                    ) from None
-                silent = True
-                writer.write(pack("PING"))
-                continue
-            if not data:
-                raise RedisConnectionError("the pub/sub connection was closed by the server")
-            silent = False
-            parser.feed(data)
-            while (reply := parser.gets()) is not False:
-                self._dispatch(reply, reconnected)
-
-    def _dispatch(self, reply: Any, reconnected: bool) -> None:
-        if not isinstance(reply, list) or len(reply) < 3:
-            return  # a PING's ["pong", ""]
-        kind, channel, data = reply[0], reply[1], reply[2]
-        if kind == "subscribe":
-            left = self._unconfirmed.pop(channel, 1) - 1
-            if left > 0:
-                self._unconfirmed[channel] = left
-                return
-        entry = self._entries.get(channel)
-        if entry is None:
-            return
-        if kind == "message":
-            entry.on_message(data)
-        elif kind == "subscribe" and entry.confirmed_at is None:
-            entry.confirmed_at = asyncio.get_running_loop().time()
-            if not entry.confirmed.done():
-                entry.confirmed.set_result(None)
-            elif reconnected:
-                entry.on_resubscribed()
+            entry.wake(ALL)

@@ -19,7 +19,18 @@ from typing import Any
 
 from rich.console import Console
 
-from . import contended, handoff, report, scale, uncontended
+from . import (
+    composite,
+    contended,
+    fair,
+    handoff,
+    latch,
+    report,
+    rwlock,
+    scale,
+    semaphores,
+    uncontended,
+)
 from .runner import (
     CLOSE_HANGS,
     LOOPS,
@@ -37,16 +48,21 @@ SCENARIOS: dict[str, ModuleType] = {
     "contended": contended,
     "handoff": handoff,
     "scale": scale,
+    "fair": fair,
+    "rwlock": rwlock,
+    "semaphores": semaphores,
+    "latch": latch,
+    "composite": composite,
 }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="aiolock benchmarks, side by side with redis-py's Lock and raw scripts.",
+        description="aiolock benchmarks, side by side with redis-py's Lock and the physical floor.",
     )
     parser.add_argument("--redis", metavar="URL", help="use this server instead of starting one")
-    parser.add_argument("--quick", action="store_true", help="shorter and smaller (~1 min)")
+    parser.add_argument("--quick", action="store_true", help="shorter and smaller (~1.5 min)")
     parser.add_argument("--loop", choices=("asyncio", "uvloop", "both"), default="both")
     parser.add_argument(
         "--only",
@@ -143,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         json_path = args.output_dir / "latest.json"
         write_json(json_path, out)
         report.print_tables(console, results)
+        report.print_issue_table(console, results)
         report.print_summary(console, results, hangs)
         if not args.no_plot:
             png_path = args.output_dir / "latest.png"

@@ -24,6 +24,18 @@ async def _main(params: dict[str, Any]) -> None:
         from . import handoff
 
         result = await handoff.worker(params, link)
+    elif role == "semaphore-handoff":
+        from . import semaphores
+
+        result = await semaphores.handoff_worker(params, link)
+    elif role == "latch-wait":
+        from . import latch
+
+        result = await latch.worker(params, link)
+    elif role == "floor-handoff":
+        from . import floor
+
+        result = await floor.handoff_worker(params, link)
     else:
         raise SystemExit(f"unknown role {role!r}")
     result["close_hangs"] = list(CLOSE_HANGS)

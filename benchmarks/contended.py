@@ -98,6 +98,9 @@ async def worker(params: dict[str, Any], link: ParentLink) -> dict[str, Any]:
 
         def new_lock() -> AbstractAsyncContextManager[object]:
             if client is not None:
+                # "fair": the fair lock (benchmarks/fair.py), else the reentrant lock
+                if params.get("kind") == "fair":
+                    return client.fair_lock(name)
                 return client.lock(name)
             return r.lock(name, timeout=10, sleep=float(params["sleep"]), blocking_timeout=None)
 
@@ -155,17 +158,8 @@ async def _stuck_state(
         "key_pttl_ms": int(await r.pttl(name)),
     }
     if client is not None:
-        hub = client.pubsub
-        state["channels"] = hub.channels
-        for channel in hub.channels:
-            entry = hub.entry(channel)
-            if entry is not None:
-                state[channel] = {
-                    slot: repr(getattr(entry, slot, None))
-                    for slot in ("refs", "waiting", "_skip_echoes", "confirmed_at")
-                }
-                state[channel]["semaphore"] = repr(entry.semaphore)
-        state["pubsub_connections_opened"] = hub.connections_opened
+        state["client"] = repr(client.statistics())
+        state["lock"] = repr(client.lock(name).statistics())
     return state
 
 
@@ -175,6 +169,13 @@ async def _stuck_state(
 
 
 async def _variant(settings: Settings, loop: LoopName, variant: str) -> dict[str, Any]:
+    return await measure(settings, loop, variant, VARIANTS[variant])
+
+
+async def measure(
+    settings: Settings, loop: LoopName, variant: str, lib_params: dict[str, Any]
+) -> dict[str, Any]:
+    """One variant: ``lib_params`` say which library and lock (``lib``, ``sleep``, ``kind``)."""
     name = f"bench:contended:{variant.replace(' ', '_')}"
     params = {
         "role": "contended",
@@ -184,7 +185,7 @@ async def _variant(settings: Settings, loop: LoopName, variant: str) -> dict[str
         "guard": f"{name}:guard",
         "tasks": settings.contended_tasks,
         "hold": settings.contended_hold,
-        **VARIANTS[variant],
+        **lib_params,
     }
     probe = ServerProbe(settings.url)
     workers: list[WorkerProc] = []
@@ -235,6 +236,7 @@ async def _variant(settings: Settings, loop: LoopName, variant: str) -> dict[str
     wait = summarize_ms(waits)
     return {
         "variant": variant,
+        "order_violations": order_violations(parsed, start_ns, end_ns),
         "worker_loops": loops,
         "window_s": window_ns / 1e9,
         "acquisitions": acquisitions,
@@ -257,6 +259,34 @@ async def _variant(settings: Settings, loop: LoopName, variant: str) -> dict[str
         "worker_errors": [e for p in parsed for e in p["errors"]],
         "close_hangs": [h for p in parsed for h in p.get("close_hangs", [])],
         "stuck_states": [p["stuck_state"] for p in parsed if p.get("stuck_state")],
+    }
+
+
+def order_violations(
+    parsed: list[dict[str, Any]], start_ns: int, end_ns: int, slack_ns: int = 1_000_000
+) -> dict[str, Any]:
+    """Grants (in the window) that overtook a request made at least ``slack_ns`` earlier and
+    still waiting: first come, first served would have served that one first. Requests that
+    started within ``slack_ns`` of each other race to the server and are not counted."""
+    acquisitions = sorted(
+        (t1, t0)
+        for proc in parsed
+        for rec in proc["records"]
+        for t0, t1, _ in rec
+        if start_ns <= t0 < end_ns
+    )
+    violations = 0
+    earliest_later = None  # the earliest request among grants after this one
+    for _t1, t0 in reversed(acquisitions):
+        if earliest_later is not None and earliest_later < t0 - slack_ns:
+            violations += 1
+        earliest_later = t0 if earliest_later is None else min(earliest_later, t0)
+    grants = len(acquisitions)
+    return {
+        "grants": grants,
+        "violations": violations,
+        "fraction": violations / grants if grants else None,
+        "slack_ms": slack_ns / 1e6,
     }
 
 

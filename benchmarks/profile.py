@@ -72,8 +72,9 @@ async def raw(url: str, seconds: float) -> int:
 
         async def cycle(i: int) -> None:
             name = f"prof:raw:{i}"
-            await r.evalsha(acquire, 1, name, 10000, prefix + name)
-            await r.evalsha(release, 2, name, lock_channel(name), UNLOCK_MESSAGE, 10000, prefix)
+            owner = prefix + name
+            await r.evalsha(acquire, 1, name, 10000, owner)
+            await r.evalsha(release, 2, name, lock_channel(name), UNLOCK_MESSAGE, 10000, owner, 1)
 
         await _loop_for(0.3, TASKS, cycle)
         return await _loop_for(seconds, TASKS, cycle)
@@ -116,19 +117,17 @@ async def ablation(url: str, seconds: float, rounds: int = 3) -> dict[str, dict[
     async def raw_evalsha(i: int) -> None:
         name, channel, owner = args(i, "raw")
         await r.evalsha(acquire.sha, 1, name, 10000, owner)
-        await r.evalsha(release.sha, 2, name, channel, UNLOCK_MESSAGE, 10000, owner)
+        await r.evalsha(release.sha, 2, name, channel, UNLOCK_MESSAGE, 10000, owner, 1)
 
-    async def run_script(i: int) -> None:  # aiolock's own command path, no Lock around it
-        name, channel, owner = args(i, "run")
-        await client.run_script(acquire, (name,), (10000, owner))
-        await client.run_script(release, (name, channel), (UNLOCK_MESSAGE, 10000, owner))
-
-    async def shielded(i: int) -> None:  # + run_shielded (a Task + shield per call)
-        name, channel, owner = args(i, "shield")
-        await client.run_shielded(client.run_script(acquire, (name,), (10000, owner)))
-        await client.run_shielded(
-            client.run_script(release, (name, channel), (UNLOCK_MESSAGE, 10000, owner))
-        )
+    async def transport(i: int) -> None:  # aiolock's own transport, no lock around it
+        name, channel, owner = args(i, "transport")
+        rt = client.runtime()
+        for script, keys, argv in (
+            (acquire, (name,), (10000, owner)),
+            (release, (name, channel), (UNLOCK_MESSAGE, 10000, owner, 1)),
+        ):
+            call = await rt.transport.send(script.command(keys, argv), key=name)
+            await call.future
 
     async def full(i: int) -> None:  # the real thing
         lock = client.lock(f"prof:abl:full:{i}")
@@ -137,9 +136,8 @@ async def ablation(url: str, seconds: float, rounds: int = 3) -> dict[str, dict[
 
     steps: dict[str, Callable[[int], Awaitable[None]]] = {
         "1 raw Redis.evalsha (floor)": raw_evalsha,
-        "2 aiolock client.run_script": run_script,
-        "3 + run_shielded (task+shield)": shielded,
-        "4 full try_lock+unlock": full,
+        "2 aiolock transport.send": transport,
+        "3 full try_lock+unlock": full,
     }
     totals = {k: [0, 0.0, 0.0] for k in steps}  # cycles, cpu, wall
     try:

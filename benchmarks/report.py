@@ -45,7 +45,8 @@ SHORT = {
     "redis-py sleep=0.001": "rp(0.001)",
     "redis-py": "rp",
     "bare task": "bare",
-    "raw pub/sub": "raw",
+    "redis-py evalsha": "rp-evalsha",
+    "floor sync": "floor-sync",
     "1 per lock per period": "ref",
 }
 
@@ -148,6 +149,66 @@ def print_tables(console: Console, results: Sequence[ScenarioResult]) -> None:
         console.print()
 
 
+#: The targets of issue 9 ("Core, part 1"), in its order: (figure, scenario, metric, target
+#: label, baseline variant). Each is a Target on a row of its scenario; this table gathers them.
+ISSUE_TABLE: tuple[tuple[str, str, str, str, str], ...] = (
+    ("uncontended cycles/s, aiolock / floor", "uncontended", "acquire+release cycles/s",
+     "vs floor", "floor"),
+    ("client CPU per cycle, aiolock / floor", "uncontended", "client CPU per cycle",
+     "vs floor", "floor"),
+    ("hand-off p50, aiolock / asyncio floor", "handoff", "hand-off p50", "vs floor", "floor"),
+    ("memory per parked waiter (KiB)", "scale", "memory per waiter", "KiB per waiter", "floor"),
+    ("aiolock / redis-py Lock, uncontended", "uncontended", "acquire+release cycles/s",
+     "vs redis-py", "redis-py"),
+)  # fmt: skip
+
+
+def print_issue_table(console: Console, results: Sequence[ScenarioResult]) -> None:
+    """Issue 9's table: each figure of this run beside its target, per loop, MET or MISSED."""
+    loops: list[str] = []
+    for res in results:
+        if res.loop not in loops:
+            loops.append(res.loop)
+    table = Table(
+        title="[bold]issue 9 targets[/bold]  [dim](all from this run; the issue judges the "
+        "asyncio loop; load = 1-min load average before the scenario)[/dim]",
+        title_justify="left",
+    )
+    table.add_column("figure", no_wrap=True)
+    for loop in loops:
+        table.add_column(f"{loop}: value")
+        table.add_column(f"{loop}: measured", style="dim")
+    for figure, scenario, metric, label, baseline in ISSUE_TABLE:
+        cells: list[Text | str] = []
+        for loop in loops:
+            found = [
+                (res, row, t)
+                for res in results
+                if res.scenario == scenario and res.loop == loop
+                for row in res.rows
+                if row.metric == metric
+                for t in row.targets
+                if t.label == label
+            ]
+            if not found:
+                cells += [Text("not run", style="yellow"), ""]
+                continue
+            res, row, target = found[0]
+            unit = f" {row.unit}" if row.unit else ""
+            cells.append(target_text(target))
+            vs = row.ratios.get(f"aiolock/{baseline}")
+            measured = (
+                f"aiolock {fmt(row.values.get('aiolock'), row.unit)}{unit}, {baseline} "
+                f"{fmt(row.values.get(baseline), row.unit)}{unit}"
+            )
+            if not label.startswith("vs "):  # an absolute target: show the ratio as well
+                measured += f" ({fmt_ratio(vs)})"
+            cells.append(f"{measured}; load {res.loadavg_before[0]:.1f}")
+        table.add_row(figure, *cells)
+    console.print(table)
+    console.print()
+
+
 def print_summary(
     console: Console, results: Sequence[ScenarioResult], close_hangs: Sequence[str]
 ) -> None:
@@ -192,8 +253,9 @@ def print_summary(
 _COLORS = {
     "aiolock": "#1f77b4",
     "aiolock-watchdog": "#6baed6",
-    "raw": "#7f7f7f",
-    "raw pub/sub": "#7f7f7f",
+    "floor": "#7f7f7f",
+    "floor sync": "#bdbdbd",
+    "redis-py evalsha": "#ff9896",
     "bare task": "#7f7f7f",
     "1 per lock per period": "#7f7f7f",
     "redis-py": "#d62728",
@@ -351,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     console = Console(width=max(160, Console().width))
     print_header(console, env, {"quick": "?"})
     print_tables(console, results)
+    print_issue_table(console, results)
     print_summary(console, results, hangs)
     if args.plot:
         write_plot(args.plot, results, env)

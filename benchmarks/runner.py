@@ -133,8 +133,8 @@ async def close_client(client: Any, what: str = "aiolock client") -> None:
 
 
 def watchdog_available() -> bool:
-    """True once ``aiolock/watchdog.py`` exists (watchdog leases can then be measured)."""
-    return importlib.util.find_spec("aiolock.watchdog") is not None
+    """True once aiolock has a watchdog (watchdog leases can then be measured)."""
+    return importlib.util.find_spec("aiolock.leases") is not None
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A coupon flash sale in Redis, made safe with aiolock locks (used by the web examples).
+r"""A coupon flash sale in Redis, made safe with aiolock locks (used by the web examples).
 
 The sale is three Redis keys: the stock (a counter), the buyers (a set) and the orders (a
 list). Selling a coupon is check-then-act over several Redis calls: has this user bought?
@@ -11,13 +11,30 @@ number of tasks, processes and servers:
   overselling impossible while keeping the hot section short.
 
 The user's lock is always taken first, so the two can never deadlock.
+
+Every key lives under the sale's name (``aiolock-example:seckill`` unless told otherwise), so
+the example never touches anyone else's data. Several app instances may share one sale: each
+one :meth:`~CouponSale.open`\ s it when it starts and :meth:`~CouponSale.close`\ s it when it
+stops, and the last one to stop deletes the sale's keys, so a second run starts afresh.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import aiolock
+
+DEFAULT_NAME: Final = "aiolock-example:seckill"
+
+# KEYS: the instance counter, then every key of the sale. Returns the instances left.
+_LEAVE: Final = """
+local left = redis.call('decr', KEYS[1])
+if left <= 0 then
+    redis.call('del', unpack(KEYS))
+end
+return left
+"""
 
 
 class SoldOut(Exception):
@@ -37,17 +54,25 @@ class Order:
 class CouponSale:
     """One sale, on the Redis connection of an aiolock client."""
 
-    def __init__(self, locks: aiolock.AioLock, name: str = "seckill") -> None:
+    def __init__(self, locks: aiolock.AioLock, name: str = DEFAULT_NAME) -> None:
         self.locks = locks
         self.redis = locks.redis
         self.name = name
         self.stock_key = f"{name}:stock"
         self.buyers_key = f"{name}:buyers"
         self.orders_key = f"{name}:orders"
+        self.instances_key = f"{name}:instances"
+        self._leave = self.redis.register_script(_LEAVE)
 
     async def open(self, coupons: int) -> None:
-        """Put ``coupons`` on sale, unless the sale is already open (another instance did)."""
+        """Join the sale, putting ``coupons`` on sale unless another instance already did."""
+        await self.redis.incr(self.instances_key)
         await self.redis.set(self.stock_key, coupons, nx=True)
+
+    async def close(self) -> None:
+        """Leave the sale; the last instance to leave deletes its keys."""
+        keys = [self.instances_key, self.stock_key, self.buyers_key, self.orders_key]
+        await self._leave(keys=keys)
 
     async def stock(self) -> int:
         return int(await self.redis.get(self.stock_key) or 0)

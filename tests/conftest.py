@@ -8,6 +8,8 @@ restart a server skip.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,6 +22,18 @@ import redis.asyncio
 
 import aiolock
 from aiolock.testing import ExternalRedis, RedisServer, TcpProxy, external_redis_url
+from tests.peers import Peers
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The event loop of every test: asyncio's, or uvloop's with AIOLOCK_TEST_LOOP=uvloop."""
+    if os.environ.get("AIOLOCK_TEST_LOOP") == "uvloop":
+        import uvloop
+
+        return {"uvloop": uvloop.new_event_loop}
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @pytest.fixture(scope="session")
@@ -106,10 +120,14 @@ async def make_client(redis_url: str) -> AsyncIterator[Callable[..., aiolock.Aio
 WORKER = Path(__file__).with_name("proc_worker.py")
 
 
-async def run_worker(*args: str, limit: float = 60) -> list[str]:
+def _worker_env(lock_type: str) -> dict[str, str]:
+    return {**os.environ, "AIOLOCK_TEST_LOCK_TYPE": lock_type}
+
+
+async def run_worker(*args: str, limit: float = 60, lock_type: str = "lock") -> list[str]:
     """Run tests/proc_worker.py in a new process; return its stdout lines (fails on rc != 0)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(WORKER), *args, stdout=PIPE, stderr=PIPE
+        sys.executable, str(WORKER), *args, stdout=PIPE, stderr=PIPE, env=_worker_env(lock_type)
     )
     try:
         async with asyncio.timeout(limit):
@@ -120,3 +138,52 @@ async def run_worker(*args: str, limit: float = 60) -> list[str]:
             await proc.wait()
     assert proc.returncode == 0, err.decode()
     return out.decode().split()
+
+
+class Worker:
+    """tests/proc_worker.py in its own process, read line by line; killed at the end."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @classmethod
+    async def start(cls, *args: str, lock_type: str = "lock") -> Worker:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(WORKER), *args, stdout=PIPE, env=_worker_env(lock_type)
+        )
+        return cls(proc)
+
+    async def line(self, within: float = 10) -> str:
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(within):
+            return (await self.proc.stdout.readline()).decode().strip()
+
+    def signal(self, sig: signal.Signals) -> None:
+        os.kill(self.proc.pid, sig)
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        await self.proc.wait()
+
+
+@pytest.fixture
+async def workers() -> AsyncIterator[list[Worker]]:
+    """Worker processes started by the test (append them); killed at teardown."""
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        await worker.stop()
+
+
+@pytest.fixture
+async def peers(redis_url: str) -> AsyncIterator[Peers]:
+    """Lock users in processes of their own (tests/peers.py: aiolock's, or Redisson's
+    scripts), started with ``await peers.start("aiolock" | "redisson", *args)``; closed at
+    teardown."""
+    group = Peers(redis_url)
+    try:
+        yield group
+    finally:
+        await group.aclose()

@@ -7,6 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
+for module in ("rich", "matplotlib", "uvloop"):
+    pytest.importorskip(module, reason="the bench extra is not installed: pip install '.[bench]'")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -41,4 +46,39 @@ async def test_benchmark_command_writes_results(redis_url: str, tmp_path: Path) 
     rows = {row["metric"]: row for row in scenarios["contended"]["rows"]}
     assert set(rows["overlaps (guard)"]["values"].values()) == {0}
     cycles = {row["metric"]: row for row in scenarios["uncontended"]["rows"]}
-    assert set(cycles["acquire+release cycles/s"]["values"]) >= {"aiolock", "raw", "redis-py"}
+    assert set(cycles["acquire+release cycles/s"]["values"]) >= {"aiolock", "floor", "redis-py"}
+
+
+async def test_fair_and_rwlock_scenarios_report_ratios(redis_url: str, tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "--quick",
+        "--loop",
+        "asyncio",
+        "--only",
+        "fair",
+        "--only",
+        "rwlock",
+        "--no-plot",
+        "--redis",
+        redis_url,
+        "--output-dir",
+        str(tmp_path),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode()[-3000:]
+    report = json.loads((tmp_path / "latest.json").read_text())
+    scenarios = {result["scenario"]: result for result in report["results"]}
+    assert set(scenarios) == {"fair", "rwlock"}
+    fair = {row["metric"]: row for row in scenarios["fair"]["rows"]}
+    assert set(fair["overlaps (guard)"]["values"].values()) == {0}
+    assert fair["order violations"]["ratios"]["fair lock/lock"] is not None
+    assert fair["hand-off p50"]["ratios"]["fair lock/lock"] is not None
+    rw = {row["metric"]: row for row in scenarios["rwlock"]["rows"]}
+    for readers in ("1 reader", "10 readers", "100 readers"):
+        assert rw[f"read throughput, {readers}"]["ratios"]["read lock/lock"] is not None

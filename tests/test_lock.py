@@ -131,11 +131,7 @@ async def test_remaining_ttl(client: aiolock.AioLock, redis_client: redis.asynci
 async def test_force_unlock(client: aiolock.AioLock) -> None:
     lock = client.lock("forced")
     assert not await lock.force_unlock()
-
-    async def hold() -> None:
-        assert await lock.try_lock()
-
-    await asyncio.create_task(hold())
+    assert await lock.try_lock(owner=client.new_owner())
     assert await lock.is_locked()
     assert await lock.force_unlock()
     assert not await lock.is_locked()
@@ -146,8 +142,20 @@ async def test_force_unlock_of_our_own_hold_forgets_it(client: aiolock.AioLock) 
     lock = client.lock("forced-own")
     assert await lock.try_lock()
     assert await lock.force_unlock()
-    with pytest.raises(aiolock.LockNotOwnedError):
+    with pytest.raises(aiolock.LockNotOwnedError) as info:
         await lock.unlock()
+    assert not isinstance(info.value, aiolock.LockLostError)
+    assert await lock.try_lock()
+
+
+async def test_force_unlock_makes_other_owners_lose_their_hold(client: aiolock.AioLock) -> None:
+    lock = client.lock("forced-other")
+    owner = client.new_owner()
+    assert await lock.try_lock(owner=owner)
+    assert await lock.force_unlock()
+    assert lock.statistics(owner=owner).lost
+    with pytest.raises(aiolock.LockLostError):
+        await lock.unlock(owner=owner)
 
 
 async def test_unlock_by_a_non_owner(client: aiolock.AioLock) -> None:
@@ -158,10 +166,7 @@ async def test_unlock_by_a_non_owner(client: aiolock.AioLock) -> None:
     assert f"{client.id}:{current_task_id()}" in str(info.value)
     assert info.value.owner == f"{client.id}:{current_task_id()}"
 
-    async def hold() -> None:
-        assert await lock.try_lock()
-
-    await asyncio.create_task(hold())
+    assert await lock.try_lock(owner=client.new_owner())
     with pytest.raises(aiolock.LockNotOwnedError):
         await lock.unlock()
     assert await lock.is_locked()
@@ -210,7 +215,7 @@ async def test_bad_wait_time(offline: aiolock.AioLock, value: Any) -> None:
         await offline.lock("x").try_lock(wait_time=value)
 
 
-@pytest.mark.parametrize("value", [*BAD_TIMES[:-1], 0, 0.0])
+@pytest.mark.parametrize("value", [*BAD_TIMES[:-1], 0, 0.0, 0.001])
 async def test_bad_lease_time(offline: aiolock.AioLock, value: Any) -> None:
     with pytest.raises((TypeError, ValueError)):
         await offline.lock("x").try_lock(lease_time=value)
@@ -227,11 +232,46 @@ async def test_bad_lease_time(offline: aiolock.AioLock, value: Any) -> None:
         {"cleanup_timeout": math.inf},
         {"retry_attempts": -1},
         {"retry_attempts": 1.5},
+        {"command_timeout": 0},
+        {"command_timeout": "3"},
+        {"reconnect_delay": 1, "reconnect_max_delay": 0.5},
+        {"ping_interval": -1},
+        {"watchdog_timeout": 0.01},
+        {"command_timeout": 1e-9},
+        {"ping_interval": 1e-6},
+        {"retry_attempts": 10**9},
     ],
 )
 def test_bad_config(settings: dict[str, Any]) -> None:
     with pytest.raises((TypeError, ValueError)):
         aiolock.Config(**settings)
+
+
+def test_a_lease_in_milliseconds_is_warned_about() -> None:
+    """Redisson counts in milliseconds; aiolock in seconds. 30000 here is 8 hours."""
+    with pytest.warns(UserWarning, match="seconds, not milliseconds"):
+        aiolock.Config(watchdog_timeout=30000)
+
+
+async def test_durations_redis_cannot_take_are_refused(offline: aiolock.AioLock) -> None:
+    with pytest.raises(ValueError, match="at most"):
+        await offline.lock("x").try_lock(lease_time=1e16)
+    with pytest.raises(ValueError, match="at most"):
+        await offline.lock("x").try_lock(wait_time=1e16)
+
+
+@pytest.mark.parametrize("name", ["\udcff", "a{b", "{}x", "x{}y"])
+async def test_names_that_cannot_be_placed_are_refused(offline: aiolock.AioLock, name: str) -> None:
+    """A name Redis cannot take as UTF-8 (os.fsdecode(b"\\xff") gives one), or one whose
+    keys would land in different cluster slots, fails before any I/O."""
+    with pytest.raises(ValueError):
+        offline.lock(name)
+
+
+async def test_with_instead_of_async_with_says_so(offline: aiolock.AioLock) -> None:
+    with pytest.raises(TypeError, match="async with"):
+        with offline.lock("x"):
+            pass
 
 
 async def test_bad_client_arguments() -> None:
@@ -274,7 +314,7 @@ def test_public_api() -> None:
         name
         for name in vars(aiolock)
         if (not name.startswith("_") and name[0].isupper())
-        or name in {"from_url", "configure", "alock"}
+        or name in {"from_url", "configure", "alock", "multi_lock", "red_lock"}
     )
     for name in aiolock.__all__:
         assert getattr(aiolock, name).__module__.startswith("aiolock")
@@ -308,6 +348,8 @@ async def test_a_redis_error_is_reported_as_an_aiolock_error(
     client: aiolock.AioLock, redis_client: redis.asyncio.Redis
 ) -> None:
     await redis_client.set("not-a-lock", "a string")
+    lock = client.lock("not-a-lock")
     with pytest.raises(aiolock.RedisOperationError, match="WRONGTYPE"):
-        await client.lock("not-a-lock").try_lock()
-    assert client._holds == {}
+        await lock.try_lock()
+    assert lock.statistics().state is None
+    assert not any(client.statistics().holds.values())

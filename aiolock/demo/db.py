@@ -76,6 +76,8 @@ async def open_store(url: str, table: str) -> AsyncIterator[OrderStore]:
             store = await PostgresStore.connect(url, table)
         else:
             store = await SqliteStore.connect(sqlite_path(url), table)
+    except DemoError:
+        raise
     except Exception as exc:  # unreachable server, bad URL, no such database...
         raise DemoError(f"cannot open the orders database: {exc!r}") from exc
     try:
@@ -155,7 +157,13 @@ class PostgresStore:
 
     @classmethod
     async def connect(cls, url: str, table: str) -> PostgresStore:
-        import asyncpg  # optional dependency: aiolock[postgres]
+        try:
+            import asyncpg
+        except ImportError as exc:
+            raise DemoError(
+                f"a PostgreSQL orders database needs asyncpg ({exc}): "
+                "pip install 'aiolock-redis[postgres]'"
+            ) from exc
 
         pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
         try:

@@ -12,16 +12,35 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
 from typing import Final, Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from .. import scripts
 from ..client import AioLock
 from .sale import Outcome, SaleKeys
 
-SECKILL_BUY: Final = scripts.load("seckill_buy")
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    """A Lua script of the demo package: its source and the SHA1 that EVALSHA names it by."""
+
+    name: str
+    source: str
+    sha: str
+
+    @classmethod
+    def load(cls, name: str) -> LuaScript:
+        """``<name>.lua`` beside this module."""
+        package = resources.files(__name__.rpartition(".")[0])
+        source = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+        return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+SECKILL_BUY: Final = LuaScript.load("seckill_buy")
 
 WORK_DELAY: Final = 0.002
 """Seconds between reading the stock and writing it back: the service's own work and its

@@ -2,20 +2,33 @@
 -- KEYS[1]  the lock key (hash: owner id -> hold count)
 -- KEYS[2]  the lock's channel, redisson_lock__channel:{name}
 -- ARGV[1]  the unlock message, "0"
--- ARGV[2]  lease in milliseconds, set again while holds remain
+-- ARGV[2]  lease in milliseconds: while holds remain the TTL is extended to it if shorter
 -- ARGV[3]  owner id
--- Returns  nil if the owner holds no count; 0 if holds remain (count -1, TTL reset);
---          1 if this was the last hold (key deleted, message published).
--- The last release uses only DEL and PUBLISH, which a server out of memory still allows
--- (HINCRBY is refused under OOM), so a lock can always be released.
+-- ARGV[4]  the owner's count the caller expects (compare and decrement: a release that
+--          arrives late, or twice, finds another count and changes nothing)
+-- Returns  nil if the owner holds no count; -1 if it holds another count than expected
+--          (nothing changed); 0 if holds remain (count -1); 1 if this was the last hold
+--          (the key deleted and the message published, or only the owner's field if
+--          someone else's is in the hash too).
+-- The last release uses only HLEN, DEL, HDEL and PUBLISH, which a server out of memory
+-- still allows (HINCRBY is refused under OOM), so a lock can always be released.
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
 if count == nil then
     return nil
 end
+if count ~= tonumber(ARGV[4]) then
+    return -1
+end
 if count > 1 then
     redis.call('hincrby', KEYS[1], ARGV[3], -1)
-    redis.call('pexpire', KEYS[1], ARGV[2])
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+        redis.call('pexpire', KEYS[1], ARGV[2])
+    end
     return 0
+end
+if redis.call('hlen', KEYS[1]) > 1 then
+    redis.call('hdel', KEYS[1], ARGV[3])
+    return 1
 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], ARGV[1])

@@ -3,8 +3,10 @@
 ``POST /buy/{user_id}`` answers 200 with the order, 409 when sold out or already bought,
 and 429 when a lock stays busy longer than ``WAIT_TIME``. ``GET /sale`` shows the stock.
 
-Run it::
+The sale's keys live under ``aiolock-example:aiohttp:seckill``; the last instance to stop
+deletes them. Run it (``PORT`` defaults to 8080)::
 
+    pip install -e '.[examples]'
     REDIS_URL=redis://localhost:6379/0 python -m examples.aiohttp_app.app
     curl -X POST localhost:8080/buy/alice
 """
@@ -19,6 +21,9 @@ from aiohttp import web
 
 import aiolock
 from examples.seckill import AlreadyBought, CouponSale, SoldOut
+
+SALE_NAME = "aiolock-example:aiohttp:seckill"
+"""Every key of the sale starts with this."""
 
 SALE = web.AppKey("sale", CouponSale)
 WAIT_TIME = 0.5
@@ -48,11 +53,14 @@ def create_app(redis_url: str | None = None, coupons: int = 100) -> web.Applicat
     async def open_sale(app: web.Application) -> AsyncIterator[None]:
         client = aiolock.from_url(url)  # the code before yield runs at startup...
         try:
-            app[SALE] = CouponSale(client)
-            await app[SALE].open(coupons)
-            yield
+            sale = app[SALE] = CouponSale(client, SALE_NAME)
+            await sale.open(coupons)
+            try:
+                yield
+            finally:
+                await sale.close()  # ...and this at cleanup: the last instance deletes the keys
         finally:
-            await client.aclose()  # ...and this at cleanup
+            await client.aclose()
 
     app = web.Application()
     app.cleanup_ctx.append(open_sale)
@@ -62,4 +70,4 @@ def create_app(redis_url: str | None = None, coupons: int = 100) -> web.Applicat
 
 
 if __name__ == "__main__":
-    web.run_app(create_app())
+    web.run_app(create_app(), host="127.0.0.1", port=int(os.environ.get("PORT", "8080")))

@@ -1,6 +1,8 @@
 """A FastAPI flash sale: one coupon per user, never oversold, however many instances run.
 
-The aiolock client is opened in the lifespan and closed with ``await client.aclose()``.
+The aiolock client is opened in the lifespan and closed with ``await client.aclose()``. The
+sale's keys live under ``aiolock-example:fastapi:seckill``; the last instance to stop deletes
+them.
 
 * ``POST /buy/{user_id}`` waits for the locks as long as it takes;
 * ``POST /try-buy/{user_id}?wait=0.1`` waits at most ``wait`` seconds and answers
@@ -10,6 +12,7 @@ The aiolock client is opened in the lifespan and closed with ``await client.aclo
 
 Run it (several instances may share one Redis)::
 
+    pip install -e '.[examples]'
     REDIS_URL=redis://localhost:6379/0 uvicorn examples.fastapi_seckill.app:app
     curl -X POST localhost:8000/buy/alice
 """
@@ -26,6 +29,9 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 
 import aiolock
 from examples.seckill import AlreadyBought, CouponSale, SoldOut
+
+SALE_NAME = "aiolock-example:fastapi:seckill"
+"""Every key of the sale starts with this."""
 
 router = APIRouter()
 
@@ -76,9 +82,12 @@ def create_app(redis_url: str | None = None, coupons: int = 100) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = aiolock.from_url(url)
         try:
-            app.state.sale = CouponSale(client)
-            await app.state.sale.open(coupons)
-            yield
+            sale = app.state.sale = CouponSale(client, SALE_NAME)
+            await sale.open(coupons)
+            try:
+                yield
+            finally:
+                await sale.close()  # the last instance to stop deletes the sale's keys
         finally:
             await client.aclose()
 

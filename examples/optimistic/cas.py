@@ -26,6 +26,9 @@ from dataclasses import dataclass
 
 import aiolock
 
+PREFIX = "aiolock-example:optimistic"
+"""Every key of the example starts with this; :func:`main` deletes its keys when done."""
+
 # KEYS[1] the item hash; ARGV[1] the version read; ARGV[2] the new stock.
 # Returns 1 if written (version + 1), 0 if the version changed since it was read.
 CAS = """
@@ -112,14 +115,16 @@ async def main(redis_url: str, total: int = 256) -> None:
         print(f"{'scenario':<20} {'method':<10} {'seconds':>7} {'conflicts':>9} {'fell back':>9}")
         for scenario, (n_items, takers_per_item) in scenarios.items():
             for method in ("optimistic", "lock"):
-                items = [Inventory(locks, f"example:item:{n}") for n in range(n_items)]
-                for item in items:
-                    await item.restock(total // n_items)
-                seconds = await sell_out(items, takers_per_item, method == "optimistic")
+                items = [Inventory(locks, f"{PREFIX}:item:{n}") for n in range(n_items)]
+                try:
+                    for item in items:
+                        await item.restock(total // n_items)
+                    seconds = await sell_out(items, takers_per_item, method == "optimistic")
+                finally:  # the items' locks delete themselves on their last unlock
+                    await locks.redis.delete(*(item.key for item in items))
                 conflicts = sum(item.stats.conflicts for item in items)
                 fell_back = sum(item.stats.fell_back for item in items)
                 print(f"{scenario:<20} {method:<10} {seconds:>7.3f} {conflicts:>9} {fell_back:>9}")
-                await locks.redis.delete(*(item.key for item in items))
 
 
 if __name__ == "__main__":

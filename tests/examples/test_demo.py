@@ -13,13 +13,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
+
+pytest.importorskip("rich", reason="the demo extra is not installed: pip install -e '.[demo]'")
+
 import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
 
-from aiolock.__main__ import main
+from aiolock.cli import main
 from aiolock.demo.db import Order, open_store
 from aiolock.demo.orders import GROUP, OrderWriter, create_group, writing_orders
 from aiolock.demo.report import StrategyResult, percentile
@@ -126,6 +128,7 @@ def test_lua_orders_land_in_postgresql_once(redis_url: str, tmp_path: Path) -> N
     assert lua["database"]["store"] == "PostgreSQL 127.0.0.1:5432/test"
     assert (lua["database"]["rows"], lua["database"]["distinct_users"]) == (20, 20)
     table = lua["database"]["table"]
+    asyncpg = pytest.importorskip("asyncpg", reason="the postgres extra is not installed")
 
     async def table_exists() -> bool:
         conn = await asyncpg.connect(POSTGRES_URL)

@@ -8,6 +8,7 @@ import pytest
 
 import aiolock
 from examples.optimistic.cas import Inventory, main, sell_out
+from tests.examples.conftest import keys_left, run_example
 
 
 @pytest.mark.parametrize(("optimistic", "max_tries"), [(True, 100), (True, 1), (False, 0)])
@@ -55,8 +56,14 @@ async def test_main_compares_low_and_high_contention(
     conflicts = [int(row[-2]) for row in rows]
     assert conflicts[:2] == [0, 0]  # one taker per item: nobody to conflict with
     assert conflicts[3] == 0  # lock holders never race each other
-    async with aiolock.from_url(redis_url) as locks:
-        assert await locks.redis.keys("*") == []  # main cleans up
+    assert keys_left(redis_url) == []  # main cleans up
+
+
+def test_the_readme_command_twice(redis_url: str) -> None:
+    for _ in range(2):
+        out = run_example("examples.optimistic.cas", redis_url)
+        assert len(out.splitlines()) == 5
+        assert keys_left(redis_url) == []
 
 
 async def test_sell_out_drains_every_item(redis_url: str) -> None:

@@ -1,4 +1,8 @@
-"""``aiolock demo``: the command line, the progress bars and the summary."""
+"""``aiolock demo`` on the console: progress bars and the summary (``rich``, the demo extra).
+
+The arguments are parsed by :mod:`aiolock.cli.demo`, which imports this module only once it
+knows that ``rich`` is installed.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import json
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 
 from redis.exceptions import RedisError
 from rich.console import Console
@@ -21,68 +24,11 @@ from .runner import DemoOptions, ProgressStart, run_demo
 from .server import redis_for_demo
 from .strategies import NAMES
 
-DESCRIPTION = """\
-A flash sale (seckill) of COUPONS coupons, one per user, across several worker processes
-against Redis, sold three ways: naive (read, check, write back: oversells), lock (the same
-steps under aiolock locks) and lua (one atomic script; the orders go through a Redis Stream
-consumer group into a database). Ends with a table comparing them.
-"""
-
 RESULTS_WRONG = 1
 """Exit code when a strategy that must be correct (lock, lua) was not."""
 FAILED = 2
 """Exit code when the demo could not run."""
 INTERRUPTED = 130
-
-
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register the ``demo`` subcommand."""
-    parser = commands.add_parser("demo", help="run the flash-sale demo", description=DESCRIPTION)
-    parser.add_argument(
-        "--strategy",
-        choices=[*NAMES, "all"],
-        default="all",
-        help="which way(s) to sell (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--coupons", type=_count(0), default=200, help="coupons on sale (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--users", type=_count(1), default=500, help="distinct buyers (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--attempts",
-        type=_count(1),
-        default=2000,
-        help="purchase attempts; users try again (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--workers", type=_count(1), default=4, help="worker processes (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=_count(1),
-        default=64,
-        help="buyers at once per worker process (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--redis",
-        metavar="URL",
-        help="Redis to use (default: AIOLOCK_URL, REDIS_URL or redis://localhost:6379/0 if "
-        "it answers, else a private redis-server)",
-    )
-    parser.add_argument(
-        "--embedded", action="store_true", help="always start a private redis-server"
-    )
-    parser.add_argument(
-        "--db",
-        metavar="URL",
-        help="orders database of the lua strategy: a SQLite path or sqlite:///path, or "
-        "postgresql://... (default: SQLite in a temporary directory)",
-    )
-    parser.add_argument("--seed", type=int, help="seed of the buyers' order (default: random)")
-    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results here")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -157,15 +103,3 @@ def _print_summary(console: Console, results: list[StrategyResult]) -> None:
         console.print(
             "naive: buyers read the same stock, and each wrote back that stock minus one."
         )
-
-
-def _count(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an int >= ``minimum``."""
-
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse

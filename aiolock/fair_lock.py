@@ -1,0 +1,255 @@
+"""The fair lock (Redisson's RFairLock): first come, first served, across tasks, processes and
+languages. A script and a rule on the shared acquisition loop.
+
+Layout (Redisson's, so Java and Python services share one line of waiters):
+
+* ``name``: the lock hash, as the reentrant lock's (owner id -> hold count, TTL = lease);
+* ``redisson_lock_queue:{name}``: a list of the waiting owners, first in line first;
+* ``redisson_lock_timeout:{name}``: a sorted set, owner -> deadline in Unix milliseconds on
+  the clock of the client that wrote it;
+* ``redisson_lock__channel:{name}:<owner>``: one channel per waiter. A release publishes ``0``
+  to the first waiter in line only, so exactly one waiter wakes, the right one.
+
+A waiter joins the tail of the line at its first attempt and the lock goes only to the first
+in line. Each waiter has a *wait allowance* (its ``wait_time``, at most the lock's
+``wait_allowance``, 10 s by default): its deadline is that much past the deadline of the one
+ahead of it (the first one's: past the end of the holder's lease). A waiter still in line
+past its deadline is presumed dead and dropped when it reaches the head. See
+:mod:`aiolock.scripts` ``fair_lock_acquire.lua`` for how the deadlines move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from . import acquire, scripts
+from .acquire import Attempt, Command
+from .keys import (
+    UNLOCK_MESSAGE,
+    check_seconds,
+    fair_queue_key,
+    fair_timeout_key,
+    to_millis,
+)
+from .leases import HoldState, Owner, Renewal
+from .lock import Lock, LockRule
+
+if TYPE_CHECKING:
+    from .client import AioLock
+
+#: the wait allowance of a waiter without ``wait_time`` (seconds), see :class:`FairLock`
+DEFAULT_WAIT_ALLOWANCE = 10.0
+#: allowances of attempts in progress remembered per lock object, at most (see give_up)
+_REMEMBERED = 10_000
+
+Clock = Callable[[], float]
+
+
+class FairRule(LockRule):
+    """The fair lock: the lock hash plus Redisson's queue and deadlines (same hash slot)."""
+
+    __slots__ = ("_allowances", "_queue_key", "_timeout_key", "allowance_ms", "clock")
+
+    def __init__(
+        self,
+        name: str,
+        allowance_ms: int = to_millis(DEFAULT_WAIT_ALLOWANCE),
+        clock: Clock = time.time,
+    ) -> None:
+        super().__init__(name)
+        self._queue_key = fair_queue_key(name)
+        self._timeout_key = fair_timeout_key(name)
+        self.renewal = Renewal(scripts.FAIR_LOCK_RENEW, name)
+        #: the most any waiter's allowance may be (ms)
+        self.allowance_ms = allowance_ms
+        #: the wall clock (seconds) whose milliseconds go into the deadlines
+        self.clock = clock
+        #: owner -> the allowance its acquisition in progress waits in line with (the one
+        #: piece of state: lock objects of one name and settings share the rule)
+        self._allowances: dict[str, int] = {}
+
+    def _keys(self) -> tuple[str, str, str, str]:
+        return (self.name, self._queue_key, self._timeout_key, self._channel_key)
+
+    def _now(self) -> int:
+        return int(self.clock() * 1000)
+
+    def channel(self, owner: str) -> bytes:
+        return f"{self._channel_key}:{owner}".encode()
+
+    def allowance(self, wait_ms: int | None) -> int:
+        """The wait allowance of an acquisition that may wait ``wait_ms`` (0: none; it tries
+        once and never joins the line)."""
+        if wait_ms is None:
+            return self.allowance_ms
+        return min(wait_ms, self.allowance_ms)
+
+    def attempt(self, owner: str, lease_ms: int, wait_ms: int | None) -> Command:
+        allowance = self.allowance(wait_ms)
+        remembered = self._allowances
+        if owner not in remembered and len(remembered) >= _REMEMBERED:
+            del remembered[next(iter(remembered))]  # the oldest; its give-up moves nobody
+        remembered[owner] = allowance
+        return scripts.FAIR_LOCK_ACQUIRE.command(
+            self._keys(), (lease_ms, owner, allowance, self._now(), UNLOCK_MESSAGE)
+        )
+
+    def give_up(self, owner: str) -> Command | None:
+        allowance = self._allowances.pop(owner, None)
+        if allowance == 0:
+            return None  # it only tried, it never joined the line
+        # Unknown (forgotten): leave the line without moving anyone up; deadlines behind it
+        # then come later than they could, never sooner.
+        return scripts.FAIR_LOCK_GIVE_UP.command(
+            self._keys(), (UNLOCK_MESSAGE, owner, allowance or 0, self._now())
+        )
+
+    def forget(self, owner: str) -> None:
+        """The acquisition of ``owner`` ended (granted, or given up already)."""
+        self._allowances.pop(owner, None)
+
+    def release(self, owner: str, lease_ms: int, count: int) -> Command:
+        return scripts.FAIR_LOCK_RELEASE.command(
+            self._keys(), (UNLOCK_MESSAGE, lease_ms, owner, self._now(), count)
+        )
+
+    def purge(self, owner: str) -> Command:
+        return scripts.FAIR_LOCK_PURGE.command(self._keys(), (UNLOCK_MESSAGE, owner, self._now()))
+
+    def force_unlock(self) -> Command:
+        return scripts.FAIR_LOCK_FORCE_UNLOCK.command(self._keys(), (UNLOCK_MESSAGE, self._now()))
+
+
+@functools.lru_cache(maxsize=64)
+def _rule_kind(allowance_ms: int, clock: Clock) -> Callable[[str], FairRule]:
+    """The maker of fair rules with these settings: one per settings, so that the client
+    shares one rule between lock objects of one name and the same settings."""
+    if allowance_ms == to_millis(DEFAULT_WAIT_ALLOWANCE) and clock is time.time:
+        return FairRule
+    return functools.partial(FairRule, allowance_ms=allowance_ms, clock=clock)
+
+
+class FairLock(Lock):
+    """A reentrant lock handed out first come, first served; get one with
+    ``client.fair_lock(name)``.
+
+    Waiters of every task, process and language (Redisson's ``RFairLock`` shares the line) get
+    the lock in the order they asked for it. Everything else is :class:`~aiolock.Lock`'s:
+    reentrancy, leases and the watchdog, ``async with``, ``try_lock``, ``guard``, ``on_lost``.
+    A ``try_lock()`` without ``wait_time`` never joins the line: it takes the lock only when
+    it is free and nobody waits.
+
+    Each waiter has a wait allowance: its ``wait_time``, at most ``wait_allowance`` (10 s by
+    default; also the allowance of ``lock()``, which waits as long as it takes). It bounds
+    what a waiter that died (kill -9, a lost machine) costs the ones behind it: it is dropped
+    from the line its allowance after its turn came (the lock freed, or its lease ran out),
+    and the waiter behind it notices within its own allowance (waiters behind the first
+    re-check at least that often; only the first in line is woken by a release). A live
+    waiter keeps its place however long the holder keeps the lock; one stopped for longer
+    than its allowance loses it and joins the tail again when it runs again. A waiter that
+    gives up (its wait ran out, it was cancelled) leaves the line at once.
+
+    The deadlines are Unix milliseconds on each client's clock (Redisson writes them so, and
+    a mixed fleet shares them): clients whose clocks differ by less than the smallest wait
+    allowance in use lose no place in line. Beyond that a waiter can be dropped early; it
+    then joins the tail again at its next check. It never hangs, and mutual exclusion does not
+    depend on clocks at all. ``clock`` (seconds, ``time.time`` by default) is that clock, to
+    simulate a skewed client in tests.
+    """
+
+    __slots__ = ()
+
+    _rule_class = FairRule
+
+    def __init__(
+        self,
+        client: AioLock,
+        name: str,
+        *,
+        wait_allowance: float | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        allowance_ms = to_millis(DEFAULT_WAIT_ALLOWANCE)
+        if wait_allowance is not None:
+            seconds = check_seconds(wait_allowance, "wait_allowance", positive=True)
+            allowance_ms = to_millis(seconds)
+        if clock is None:
+            clock = time.time
+        elif not callable(clock):
+            raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        self._client = client
+        self.name = name
+        self._rule = client.rule(_rule_kind(allowance_ms, clock), name)
+
+    @property
+    def _fair_rule(self) -> FairRule:
+        rule = self._rule
+        assert isinstance(rule, FairRule)
+        return rule
+
+    @property
+    def wait_allowance(self) -> float:
+        """Seconds a waiter that died may hold up the line once the lock is free (at most)."""
+        return self._fair_rule.allowance_ms / 1000
+
+    def _grant(
+        self, wait: float | None, lease_time: float | None, owner: Owner | None
+    ) -> Coroutine[Any, Any, Attempt | None]:
+        grant = super()._grant(wait, lease_time, owner)
+        rt = self._client.runtime()
+        return self._fair_grant(grant, rt.leases.field(self.name, self._owner(owner)))
+
+    async def _fair_grant(
+        self, grant: Coroutine[Any, Any, Attempt | None], owner: str
+    ) -> Attempt | None:
+        try:
+            result = await grant
+        finally:
+            self._fair_rule.forget(owner)
+        if result is None:
+            # The wait ran out and the loop sent this owner's give-up in a task of its own:
+            # let it go out first, so that an owner trying again at once is not taken out of
+            # the line by its previous acquisition's give-up.
+            await asyncio.sleep(0)
+        return result
+
+    def _tasks_waiting(self, who: Owner) -> int:
+        # each waiter has a channel of its own: count the owners acquiring it whose wait
+        # entry has a task parked
+        pubsub = self._client.runtime().pubsub
+        count = 0
+        for hold in self._client.holds_of(self.name):
+            if hold.state is HoldState.ACQUIRING:
+                entry = pubsub.entry(self._rule.channel(hold.field))
+                if entry is not None and entry.parked:
+                    count += 1
+        return count
+
+    async def queue(self) -> list[tuple[str, float]]:
+        """The owners waiting in line, first first, with their deadlines as Unix times
+        (seconds; NaN: none), read from the server; waiters past their deadline included."""
+        rule = self._fair_rule
+        reply: Any = await acquire.read(
+            self._client.runtime(),
+            self.name,
+            "EVAL",
+            _READ_QUEUE,
+            2,
+            rule._queue_key,
+            rule._timeout_key,
+            what="reading the queue",
+        )
+        owners, flat = reply
+        deadlines = {flat[i]: float(flat[i + 1]) / 1000 for i in range(0, len(flat), 2)}
+        return [(raw.decode(), deadlines.get(raw, math.nan)) for raw in owners]
+
+
+_READ_QUEUE = (
+    "return {redis.call('lrange', KEYS[1], 0, -1), redis.call('zrange', KEYS[2], 0, -1, "
+    "'withscores')}"
+)

@@ -1,0 +1,791 @@
+"""The lease registry: every hold of one client, in one place, and the watchdog renewing them.
+
+A :class:`Hold` is one owner's hold on one object. Its life is a small state machine and
+every transition is a method of :class:`Leases`; nothing else writes hold state::
+
+    ACQUIRING --granted--> HELD --release of the last count--> RELEASING --confirmed--> RELEASED
+        |                  |  ^ granted again (reentrant), release of one of several counts
+        +--not granted-----|--+----------------------------------------------------> (forgotten)
+                           +--lost: renewal found it gone, lease ran out unconfirmed,
+                              force-unlocked, its task ended, the client closed--> LOST
+
+Leaving HELD always stops renewal, whatever the outcome of the release: a hold never outlives
+its unlock. A LOST hold's counts become *stale*: each later unlock by its owner reports the
+loss (LockLostError) and uses up one, and the owner cannot take the lock again before it has
+unlocked them all (it would be working under a lock it no longer holds). What a lost or
+abandoned hold may have left on the server is removed in the background by its cleanup,
+within its lease; nothing of it is ever renewed again.
+
+Operations of one owner on one hold are serialized (:attr:`Hold.turn`), background cleanups
+included, so a release still running cannot race the same owner's next acquire.
+
+The watchdog keeps alive the holds taken without a lease. The expiration-renewal map is
+process-wide (Redisson's design): :data:`RENEWALS` maps a client id to that client's own map,
+which only that client's event loop touches, so clients on many loops and threads never
+share a dict that one of them mutates while another iterates. Each client runs one renewal
+task while it has holds to renew; a hold is renewed ``watchdog_timeout / 3`` after its last
+renewal; holds due in the same tick share script calls, grouped by the transport's batch key
+(one hash slot on a cluster) in batches of up to :data:`BATCH`.
+
+Every hold has a local deadline: when its lease was last set on the server, measured from
+when the command was *sent*, plus the lease, minus a small drift. A timer marks the hold lost
+at that deadline unless a renewal was confirmed first, so the holder learns of the loss no
+later than the server expires the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import heapq
+import inspect
+import itertools
+import logging
+import math
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
+from typing import Any, ClassVar, NamedTuple
+
+from .config import Config
+from .errors import ClientClosedError, LockLostError
+from .scripts import Script
+from .tasks import new_id
+from .transport import ErrorReply, OutcomeUnknown, Transport
+
+logger = logging.getLogger("aiolock")
+watchdog_logger = logging.getLogger("aiolock.watchdog")
+
+#: the local deadline is this fraction of the lease (plus DRIFT_MIN s) before the server's
+DRIFT_FACTOR = 0.01
+DRIFT_MIN = 0.002
+#: holds renewed by one script call at most
+BATCH = 100
+
+LostCallback = Callable[[LockLostError], Any]
+Cleanup = Callable[["Hold"], Awaitable[None]]
+
+
+class HoldState(enum.Enum):
+    ACQUIRING = "acquiring"
+    HELD = "held"
+    RELEASING = "releasing"
+    RELEASED = "released"
+    LOST = "lost"
+
+
+class Renewal(NamedTuple):
+    """How the watchdog renews a hold: ``script`` with KEYS[i] = ``key`` and ARGV[1] = lease,
+    ARGV[i+1] = owner id; it replies per hold 1 (renewed), 0 (gone) or -1 (error)."""
+
+    script: Script
+    key: str
+
+
+class Owner:
+    """Who holds a lock: the asyncio Task that took it (the default), or an explicit owner
+    made by :meth:`AioLock.new_owner`, usable from any task (Redisson's explicit thread id,
+    anyio's ``acquire_on_behalf_of``). ``id`` is the owner id written to Redis:
+    ``<client uuid>:<n>``, with ``n`` never reused in the process."""
+
+    __slots__ = ("id", "task")
+
+    #: whether the id names one hold and is never used for another (see SingleUseOwner)
+    single_use: ClassVar[bool] = False
+
+    def __init__(self, owner_id: str, task: asyncio.Task[Any] | None = None) -> None:
+        self.id = owner_id
+        #: the task this owner is, or None for an explicit owner
+        self.task = task
+
+    @property
+    def explicit(self) -> bool:
+        return self.task is None
+
+    def __repr__(self) -> str:
+        kind = "explicit" if self.explicit else "task"
+        return f"<aiolock.Owner {self.id} ({kind})>"
+
+
+class SingleUseOwner(Owner):
+    """An owner whose id names one hold only and is never used again: a permit of a
+    permit-expirable semaphore, whose id is the permit id (the task, if any, is the one the
+    permit belongs to). No later hold can share its id, so a request of it that could not
+    be fenced never needs another id (:meth:`Leases.taint` leaves it alone: the scripts take
+    the permit id itself), and once it holds nothing its task stops watching it."""
+
+    __slots__ = ()
+
+    single_use = True
+
+
+class Hold:
+    """One owner's hold on one object. Read-only outside :class:`Leases`."""
+
+    __slots__ = (
+        "_busy",
+        "_callbacks",
+        "_timer",
+        "_turns",
+        "cleanup",
+        "count",
+        "deadline",
+        "due",
+        "field",
+        "lease_ms",
+        "lost",
+        "name",
+        "owner",
+        "renewal",
+        "stale",
+        "state",
+        "token",
+    )
+
+    def __init__(self, name: str, owner: Owner, field: str | None = None) -> None:
+        self.name = name
+        self.owner = owner
+        #: the owner id this hold writes to the server: the owner's, unless a request of an
+        #: earlier hold could not be fenced and may still arrive (see Leases.taint)
+        self.field = owner.id if field is None else field
+        self.state = HoldState.ACQUIRING
+        #: counts held (reentrancy) in the current generation
+        self.count = 0
+        #: counts of a lost generation that the owner has not unlocked yet
+        self.stale = 0
+        self.lease_ms = 0
+        #: how the watchdog renews it (None: a lease_time hold, never renewed)
+        self.renewal: Renewal | None = None
+        #: what to run in the background to remove it from the server (lost, abandoned)
+        self.cleanup: Cleanup | None = None
+        #: the fencing token of a fenced lock's hold
+        self.token: int | None = None
+        #: loop time by which the lease must have been renewed, else the hold is lost
+        self.deadline = math.inf
+        #: loop time of the next renewal
+        self.due = math.inf
+        self.lost: LockLostError | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._callbacks: list[LostCallback] = []
+        self._busy = False
+        self._turns: deque[asyncio.Future[None]] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Hold {self.name!r} by {self.owner.id} {self.state.value} count={self.count}>"
+
+    # -- its owner's turn: the owner's operations on it run one after another -----------
+
+    @property
+    def busy(self) -> bool:
+        """An operation of the owner on it (perhaps a background cleanup) is under way."""
+        return self._busy
+
+    def take_turn(self) -> bool:
+        """Take the turn if it is free (never suspends); False if it is not."""
+        if self._busy:
+            return False
+        self._busy = True
+        return True
+
+    async def wait_turn(self) -> None:
+        """Take the turn after the operations queued before this one (first come first
+        served); a waiter handed the turn and cancelled before it resumes passes it on."""
+        if self.take_turn():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._turns is None:
+            self._turns = deque()
+        self._turns.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.end_turn()
+            raise
+
+    def claim_turn(self) -> asyncio.Future[None]:
+        """Take the turn now if it is free, else queue for it now: a future done once the
+        turn is the caller's. For background work that must run before any operation of
+        the owner that starts later (:meth:`wait_turn` queues only once its task runs)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.take_turn():
+            waiter.set_result(None)
+        else:
+            if self._turns is None:
+                self._turns = deque()
+            self._turns.append(waiter)
+        return waiter
+
+    def end_turn(self) -> None:
+        """End the turn: the next queued operation gets it."""
+        turns = self._turns
+        while turns:
+            waiter = turns.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the turn passes on: still busy
+                return
+        self._busy = False
+
+
+class Leases:
+    """The holds of one client and their transitions (see the module docstring)."""
+
+    def __init__(
+        self,
+        client_id: str,
+        transport: Transport,
+        config: Config,
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+    ) -> None:
+        self._transport = transport
+        self._config = config
+        self._spawn = spawn
+        self._client_id = client_id
+        self.holds: dict[tuple[str, str], Hold] = {}
+        self._by_owner: dict[str, set[Hold]] = {}
+        #: owner id -> object name -> the owner id to write for it instead (Leases.taint)
+        self._fields: dict[str, dict[str, str]] = {}
+        #: owner id -> its task and the done callback watching it
+        self._watched: dict[str, tuple[asyncio.Task[Any], Callable[[object], None]]] = {}
+        #: the client closed: no new holds
+        self.closed = False
+        self.watchdog = Watchdog(client_id, self, transport, config)
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def get(self, name: str, owner: Owner) -> Hold | None:
+        return self.holds.get((name, owner.id))
+
+    def hold(self, name: str, owner: Owner) -> Hold:
+        """The hold of ``owner`` on ``name``, made (ACQUIRING) if it has none."""
+        hold = self.holds.get((name, owner.id))
+        if hold is None:
+            if self.closed:
+                raise ClientClosedError("the client is closed")
+            hold = self.holds[(name, owner.id)] = Hold(name, owner, self.field(name, owner))
+        return hold
+
+    def field(self, name: str, owner: Owner) -> str:
+        """The owner id ``owner`` writes for ``name`` on the server (see :meth:`taint`)."""
+        fields = self._fields.get(owner.id)
+        return owner.id if fields is None else fields.get(name, owner.id)
+
+    def taint(self, hold: Hold) -> None:
+        """A request of ``hold`` could not be fenced and may still reach the server, where
+        it could match a later hold of the same owner (a release expecting count 1 finds
+        the next hold's count 1). Later holds of this owner on this object therefore write
+        another owner id, which no old request names. A single-use owner (a permit) has no
+        later holds: nothing to do."""
+        if hold.owner.single_use:
+            return
+        fresh = f"{self._client_id}:{new_id()}"
+        self._fields.setdefault(hold.owner.id, {})[hold.name] = fresh
+        logger.warning(
+            "aiolock: a request about %r could not be fenced; %s holds it as %s from now on",
+            hold.name,
+            hold.owner.id,
+            fresh,
+        )
+
+    def _owned(self, hold: Hold) -> None:
+        """Index a hold that holds something under its owner (whose task's end releases
+        it). A task owner's entry lasts as long as the task: one done callback each."""
+        owner = hold.owner
+        holds = self._by_owner.get(owner.id)
+        if holds is None:
+            holds = self._by_owner[owner.id] = set()
+            task = owner.task
+            if task is not None:
+
+                def ended(_: object) -> None:
+                    self._watched.pop(owner.id, None)
+                    self._task_ended(owner)
+
+                task.add_done_callback(ended)
+                self._watched[owner.id] = (task, ended)
+        holds.add(hold)
+
+    def forget_if_idle(self, hold: Hold) -> None:
+        """Drop a hold that holds nothing and reports nothing any more."""
+        if hold.count or hold.stale or hold.busy or hold.state is HoldState.HELD:
+            return
+        key = (hold.name, hold.owner.id)
+        if self.holds.get(key) is hold:
+            del self.holds[key]
+            holds = self._by_owner.get(hold.owner.id)
+            if holds is not None:
+                holds.discard(hold)
+                if not holds and hold.owner.explicit:
+                    del self._by_owner[hold.owner.id]
+                elif not holds and hold.owner.single_use:
+                    self._unwatch(hold.owner)
+
+    def _unwatch(self, owner: Owner) -> None:
+        """A single-use task owner holds nothing any more, and never will again: its task
+        stops watching it (a task looping over permits would otherwise gather a callback
+        per permit)."""
+        del self._by_owner[owner.id]
+        watched = self._watched.pop(owner.id, None)
+        if watched is not None:
+            task, ended = watched
+            task.remove_done_callback(ended)
+
+    # -- transitions -------------------------------------------------------------------------
+
+    def granted(
+        self,
+        hold: Hold,
+        *,
+        lease_ms: int,
+        sent_at: float,
+        renewal: Renewal | None,
+        cleanup: Cleanup,
+        token: int | None = None,
+    ) -> bool:
+        """One more count was granted by a command sent at ``sent_at``. False if it came
+        after its own lease ran out: then it is no grant (the caller removes what it took
+        on the server); a nested grant never ends the hold it re-enters early: the scripts
+        only extend a TTL, so the hold's own deadline still stands.
+
+        A hold is renewed by the watchdog if any of its counts was taken without a lease;
+        lock scripts only ever extend a TTL, so a short nested lease never shortens it."""
+        first = hold.count == 0
+        hold.cleanup = cleanup
+        if first and _deadline(sent_at, lease_ms) <= asyncio.get_running_loop().time():
+            return False
+        hold.count += 1
+        hold.state = HoldState.HELD
+        if first:
+            hold.token = token
+            hold.deadline = -math.inf
+            self._owned(hold)
+        hold.lease_ms = lease_ms if first else max(hold.lease_ms, lease_ms)
+        if renewal is not None and hold.renewal is None:
+            hold.renewal = renewal
+            self.watchdog.add(hold, sent_at)
+        return self._confirm(hold, sent_at, lease_ms)
+
+    def confirmed(self, hold: Hold, sent_at: float, lease_ms: int) -> None:
+        """The lease was extended to ``lease_ms`` by a command sent at ``sent_at``."""
+        if hold.state is HoldState.HELD:
+            self._confirm(hold, sent_at, lease_ms)
+
+    def _confirm(self, hold: Hold, sent_at: float, lease_ms: int) -> bool:
+        deadline = max(hold.deadline, _deadline(sent_at, lease_ms))
+        if deadline <= asyncio.get_running_loop().time():
+            self.lose(hold, "its lease ran out before the server's answer arrived")
+            return False
+        if deadline != hold.deadline:
+            hold.deadline = deadline
+            if hold._timer is not None:
+                self._arm(hold)
+        return True
+
+    def _arm(self, hold: Hold) -> None:
+        """A timer at the hold's deadline, for those who want to be told at once (on_lost,
+        guard); without them the deadline is checked lazily (:meth:`current`)."""
+        if hold._timer is not None:
+            hold._timer.cancel()
+        hold._timer = asyncio.get_running_loop().call_at(hold.deadline, self._expired, hold)
+
+    def _expired(self, hold: Hold) -> None:
+        hold._timer = None
+        if hold.state is HoldState.HELD and hold.deadline <= asyncio.get_running_loop().time():
+            renewed = hold.renewal is not None
+            self.lose(hold, "no renewal was confirmed in time" if renewed else "its lease ran out")
+
+    def current(self, hold: Hold) -> Hold:
+        """``hold``, marked lost first if its deadline has passed."""
+        if hold.state is HoldState.HELD and hold.deadline <= asyncio.get_running_loop().time():
+            self._expired(hold)
+        return hold
+
+    def released_one(self, hold: Hold, sent_at: float) -> None:
+        """A release of one of several counts was confirmed (the script extended the lease
+        to the hold's lease)."""
+        if hold.state is HoldState.LOST:
+            self.released(hold)
+            return
+        hold.count -= 1
+        self._confirm(hold, sent_at, hold.lease_ms)
+
+    def releasing(self, hold: Hold) -> None:
+        """The last count is being released: renewal stops now, whatever the outcome."""
+        hold.state = HoldState.RELEASING
+        self.watchdog.remove(hold)
+
+    def released(self, hold: Hold) -> None:
+        """The hold is over on the server (released, or known gone)."""
+        if hold.state is HoldState.LOST:
+            # Lost here while its release was in flight, yet the release ran: that unlock
+            # used its count (a cleanup still removes whatever else is left).
+            hold.stale = max(0, hold.stale - 1)
+            self.forget_if_idle(hold)
+            return
+        self._end(hold, HoldState.RELEASED)
+        hold.count = 0
+        hold.token = None
+        self.forget_if_idle(hold)
+
+    def lose(
+        self, hold: Hold, reason: str, *, cleanup: bool = True, used: int = 0
+    ) -> LockLostError:
+        """Mark a HELD (or RELEASING) hold lost: its counts but ``used`` become stale,
+        renewal stops, callbacks run soon; unless ``cleanup`` is False (it is known gone)
+        its cleanup removes in the background whatever may be left on the server."""
+        if hold.state is HoldState.LOST:
+            hold.stale = max(0, hold.stale - used)  # the unlock that failed used its count
+            if not hold.stale:
+                self.forget_if_idle(hold)
+            assert hold.lost is not None
+            return hold.lost
+        if hold.state is not HoldState.HELD and hold.state is not HoldState.RELEASING:
+            return hold.lost or LockLostError(
+                f"lock {hold.name!r} is not held by {hold.owner.id}",
+                name=hold.name,
+                owner=hold.owner.id,
+            )
+        self._end(hold, HoldState.LOST)
+        error = hold.lost = LockLostError(
+            f"lock {hold.name!r} held by {hold.owner.id} was lost: {reason}",
+            name=hold.name,
+            owner=hold.owner.id,
+        )
+        hold.stale += hold.count - used
+        hold.count = 0
+        loop = asyncio.get_running_loop()
+        for callback in hold._callbacks:
+            loop.call_soon(_run_callback, callback, error)
+        hold._callbacks.clear()
+        if cleanup:
+            self.run_cleanup(hold)
+        return error
+
+    def unlock_stale(self, hold: Hold) -> LockLostError:
+        """One unlock of a lost generation: uses up a stale count; the error to raise."""
+        assert hold.stale > 0 and hold.lost is not None
+        hold.stale -= 1
+        error = hold.lost
+        if not hold.stale:
+            self.forget_if_idle(hold)
+        return error
+
+    def _end(self, hold: Hold, state: HoldState) -> None:
+        hold.state = state
+        hold.deadline = math.inf
+        if hold._timer is not None:
+            hold._timer.cancel()
+            hold._timer = None
+        self.watchdog.remove(hold)
+
+    def run_cleanup(self, hold: Hold) -> None:
+        """Run the hold's cleanup in the background, in its owner's turn, claimed now: an
+        operation of the owner that starts later (taking the lock again) waits for it. A
+        cleanup queued only once its task ran was overtaken by such an acquire, and then
+        removed the new hold from the server (held here, free there)."""
+        cleanup = hold.cleanup
+        if cleanup is None:
+            return
+        claimed = hold.claim_turn()
+
+        async def run() -> None:
+            await claimed
+            try:
+                await cleanup(hold)
+            except Exception:
+                logger.exception("aiolock: cleaning up lock %r failed", hold.name)
+
+        def done(_: asyncio.Task[None]) -> None:
+            # whether it ran, failed, or was cancelled before it could (the client closing)
+            if claimed.done() and not claimed.cancelled():
+                hold.end_turn()
+            else:
+                claimed.cancel()  # still queued: end_turn skips it
+            self.forget_if_idle(hold)
+
+        self._spawn(run()).add_done_callback(done)
+
+    def _task_ended(self, owner: Owner) -> None:
+        self._fields.pop(owner.id, None)
+        for hold in list(self._by_owner.pop(owner.id, ())):
+            if hold.state is HoldState.HELD:
+                task = owner.task
+                logger.warning(
+                    "aiolock: task %s (owner %s) ended holding lock %r (count %d); releasing it",
+                    task.get_name() if task is not None else "?",
+                    owner.id,
+                    hold.name,
+                    hold.count,
+                )
+                self.lose(hold, "its task ended without unlocking it")
+            hold.stale = 0
+            self.forget_if_idle(hold)
+
+    # -- callbacks ---------------------------------------------------------------------------
+
+    def on_lost(self, hold: Hold, callback: LostCallback) -> Callable[[], None]:
+        """Call ``callback(error)`` once when ``hold`` is lost; returns a remover."""
+        self.current(hold)
+        if hold.state is HoldState.LOST and hold.lost is not None:
+            asyncio.get_running_loop().call_soon(_run_callback, callback, hold.lost)
+            return lambda: None
+        hold._callbacks.append(callback)
+        if hold._timer is None and hold.state is HoldState.HELD:
+            self._arm(hold)
+
+        def remove() -> None:
+            if callback in hold._callbacks:
+                hold._callbacks.remove(callback)
+
+        return remove
+
+    # -- the client ends ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The client closes: every hold is lost (callbacks run, guards are cancelled) and
+        its cleanup runs (the client gives it cleanup_timeout)."""
+        self.closed = True
+        for hold in list(self.holds.values()):
+            self.lose(hold, "the client was closed")
+        self.watchdog.close()
+        for task, ended in self._watched.values():  # long-lived tasks keep no closed client
+            task.remove_done_callback(ended)
+        self._watched.clear()
+
+    def counts(self) -> dict[str, int]:
+        result = {state.value: 0 for state in HoldState}
+        for hold in self.holds.values():
+            result[hold.state.value] += 1
+        return result
+
+
+def _why(error: BaseException) -> str:
+    """What went wrong, in words a reader of the log can act on."""
+    if isinstance(error, ErrorReply):
+        return f"Redis answered: {error}"
+    if isinstance(error, OutcomeUnknown):
+        return f"no reply: {error.__str__().removeprefix('reply lost: ')}"
+    return str(error) or type(error).__name__
+
+
+def _deadline(sent_at: float, lease_ms: int) -> float:
+    """When a lease set by a command sent at ``sent_at`` must be taken as over, here."""
+    lease = lease_ms / 1000
+    return sent_at + lease - (lease * DRIFT_FACTOR + DRIFT_MIN)
+
+
+def _run_callback(callback: LostCallback, error: LockLostError) -> None:
+    try:
+        result = callback(error)
+        if inspect.isawaitable(result):
+            asyncio.ensure_future(result).add_done_callback(_log_failure)
+    except Exception:
+        logger.exception("aiolock: an on_lost callback failed")
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("aiolock: an on_lost callback failed", exc_info=task.exception())
+
+
+# -- the watchdog ------------------------------------------------------------------------------
+
+#: the process-wide expiration-renewal map: client id -> that client's map (see the docstring)
+RENEWALS: dict[str, dict[tuple[str, str], Hold]] = {}
+_RENEWALS_LOCK = threading.Lock()
+
+
+class Watchdog:
+    """The renewal task of one client (see the module docstring)."""
+
+    def __init__(self, client_id: str, leases: Leases, transport: Transport, config: Config):
+        self._client_id = client_id
+        self._leases = leases
+        self._transport = transport
+        self.period = config.watchdog_timeout / 3
+        self.tick = max(self.period / 10, 0.005)
+        self._lease_ms = max(1, round(config.watchdog_timeout * 1000))
+        self._map: dict[tuple[str, str], Hold] = {}
+        self._closed = False
+        self._queue: list[tuple[float, int, Hold]] = []
+        #: holds added since the last tick and when their lease was set: most are released
+        #: long before their first renewal, and never enter the queue
+        self._fresh: list[tuple[Hold, float]] = []
+        self._order = itertools.count()
+        self._task: asyncio.Task[None] | None = None
+        #: renewal script calls made (each renews up to BATCH holds)
+        self.calls = 0
+        self._warned_at = -math.inf
+
+    @property
+    def renewing(self) -> int:
+        return len(self._map)
+
+    def add(self, hold: Hold, sent_at: float) -> None:
+        if self._closed:
+            return
+        if self._map is not RENEWALS.get(self._client_id):
+            with _RENEWALS_LOCK:  # in the process-wide map from its first hold until closed
+                RENEWALS[self._client_id] = self._map
+        self._map[(hold.name, hold.owner.id)] = hold
+        hold.due = sent_at + self.period
+        self._fresh.append((hold, sent_at))
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, hold: Hold) -> None:
+        key = (hold.name, hold.owner.id)
+        if self._map.get(key) is hold:
+            del self._map[key]
+        hold.due = math.inf
+
+    def _leave(self) -> None:
+        with _RENEWALS_LOCK:
+            if RENEWALS.get(self._client_id) is self._map:
+                del RENEWALS[self._client_id]
+
+    def _schedule(self, hold: Hold, when: float) -> None:
+        hold.due = when
+        heapq.heappush(self._queue, (when, next(self._order), hold))
+
+    def _serves(self, hold: Hold) -> bool:
+        return self._map.get((hold.name, hold.owner.id)) is hold
+
+    async def _run(self) -> None:
+        """Renew while there are holds; with none, linger a period before ending (a loop of
+        lock and unlock would otherwise start a task per hold)."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if not self._map:
+                    await asyncio.sleep(self.period)
+                    if not self._map:
+                        return
+                try:
+                    await self._sleep_until_due(loop)
+                    await self._renew_due(loop)
+                except Exception:  # never expected; the renewal task must not die
+                    watchdog_logger.exception("aiolock watchdog: a renewal round failed")
+                    await asyncio.sleep(self.tick)
+        finally:
+            self._task = None
+
+    def _promote(self) -> None:
+        """Queue the fresh holds still held (each is due a period after it was taken)."""
+        fresh, self._fresh = self._fresh, []
+        for hold, sent_at in fresh:
+            if self._serves(hold) and hold.due == sent_at + self.period:
+                self._schedule(hold, hold.due)
+
+    async def _sleep_until_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Sleep until the earliest renewal is due, a tick at a time (holds added meanwhile
+        join the queue each tick)."""
+        self._promote()
+        queue = self._queue
+        while queue:
+            when, _, hold = queue[0]
+            if hold.due != when or not self._serves(hold):
+                heapq.heappop(queue)  # released, lost or rescheduled since
+                continue
+            wait = when - loop.time()
+            if wait <= 0:
+                return
+            await asyncio.sleep(min(wait, self.tick))
+            self._promote()
+        if not queue:
+            await asyncio.sleep(self.tick)
+
+    async def _renew_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Renew every hold due within the next tick, grouped per script and batch key."""
+        horizon = loop.time() + self.tick
+        groups: dict[tuple[Script, Hashable], list[Hold]] = {}
+        queue = self._queue
+        while queue and queue[0][0] <= horizon:
+            when, _, hold = heapq.heappop(queue)
+            if hold.due != when or not self._serves(hold) or hold.renewal is None:
+                continue
+            if self._leases.current(hold).state is not HoldState.HELD:
+                continue  # its deadline passed unconfirmed: lost, not renewed
+            batch = (hold.renewal.script, self._transport.batch_key(hold.renewal.key))
+            groups.setdefault(batch, []).append(hold)
+        chunks = [
+            (script, holds[start : start + BATCH])
+            for (script, _), holds in groups.items()
+            for start in range(0, len(holds), BATCH)
+        ]
+        if chunks:
+            await asyncio.gather(*(self._renew(script, holds) for script, holds in chunks))
+
+    async def _renew(self, script: Script, holds: list[Hold]) -> None:
+        loop = asyncio.get_running_loop()
+        keys = tuple(hold.renewal.key for hold in holds if hold.renewal is not None)
+        args = (self._lease_ms, *(hold.field for hold in holds))
+        packed = script.command(keys, args)
+        self.calls += 1
+        sent_at = loop.time()
+        try:
+            call = await self._transport.send(packed, key=keys[0])
+            replies = await call.future
+        except Exception as exc:  # NotSent, or anything unforeseen: try again next tick
+            replies = exc
+        if isinstance(replies, ErrorReply | OutcomeUnknown | Exception):
+            self._warn(
+                f"renewing {len(holds)} lock(s) failed ({_why(replies)}); trying again next "
+                "tick, and a hold whose lease runs out first is reported lost"
+            )
+            for hold in holds:
+                if self._serves(hold):
+                    self._schedule(hold, loop.time() + self.tick)
+            return
+        for hold, renewed in zip(holds, replies, strict=True):
+            if not self._serves(hold):
+                continue
+            if renewed == 1:
+                self._leases.confirmed(hold, sent_at, self._lease_ms)
+                self._schedule(hold, sent_at + self.period)
+            else:
+                why = "the key is not a lock any more" if renewed == -1 else "gone"
+                self._leases.lose(
+                    hold, f"the watchdog found the lock {why} (expired or force-unlocked)"
+                )
+
+    def _warn(self, message: str) -> None:
+        """Log a failure: a warning at most once per renewal period, the rest at debug
+        level (a slow server fails every batch of a tick at once)."""
+        now = asyncio.get_running_loop().time()
+        if now - self._warned_at >= self.period:
+            self._warned_at = now
+            watchdog_logger.warning("aiolock watchdog: %s", message)
+        else:
+            watchdog_logger.debug("aiolock watchdog: %s", message)
+
+    def close(self) -> None:
+        """Stop renewing anything and leave the process-wide map."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+        self._map.clear()
+        self._queue.clear()
+        self._fresh.clear()
+        self._leave()
+
+    async def wait_closed(self) -> None:
+        task = self._task
+        if task is not None:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+
+__all__ = [
+    "BATCH",
+    "RENEWALS",
+    "Hold",
+    "HoldState",
+    "Leases",
+    "Owner",
+    "Renewal",
+    "SingleUseOwner",
+    "Watchdog",
+]

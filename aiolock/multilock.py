@@ -1,0 +1,811 @@
+"""The multi-lock: several locks, possibly on different Redis servers, held all or nothing
+(Redisson's ``RedissonMultiLock``), and the base of the red lock (:mod:`aiolock.redlock`).
+
+A multi-lock has no key of its own: it is its member locks, each taken through its own
+public methods (``try_lock``, ``lock``, ``unlock``, ``statistics``, ``on_lost``) for one
+owner, so any lock type built on the core (lock, fenced lock, fair lock, read or write lock)
+can be a member, on any client.
+
+**One owner across the members.** Every member is taken for the same
+:class:`~aiolock.Owner`, passed as ``owner=`` even to members on other clients, so each
+member's hash on each server names the same owner id (except where the core writes a fresh
+id for a lock after a request about it that it could not fence: see ``Leases.taint``). By
+default that owner follows the current task, as a Lock's owner is the task on the lock's
+client: it is the task's multi-lock owner on the client of the first member (in acquisition
+order), ``<that client's uuid>:<n>``, one per task and client, made on first use and tied to
+the task (a task that ends holding a multi-lock has its members released, with a warning).
+So the multi-locks and red locks a task takes re-enter each other when their first members
+share a client (always, on one client), and exclude other tasks and other clients. It is not
+the owner of the task's direct holds: a member the task already holds itself, or through a
+multi-lock under another of its owners, cannot be taken by the same task (it would wait for
+itself), and that raises :class:`~aiolock.LockUsageError` at once. Pass
+``owner=client.new_owner()`` (any client's) to choose: one owner for direct holds and
+multi-locks alike, or holds that pass between tasks.
+
+**Acquisition** (all or nothing, in a stable order): members are sorted by (server address,
+database, name) and taken one after the other, each waiting at most what is left of
+``wait_time``, so two multi-locks sharing members never wait for each other in a cycle.
+When a member cannot be taken in time, or an error comes back, every member taken so far is
+released (shielded, bounded by ``cleanup_timeout``) before the call returns False or raises;
+so is everything on cancellation, also inside anyio cancel scopes.
+
+**Leases.** Without ``lease_time`` each member is renewed by its client's watchdog while
+held. With it, each member is taken with that lease as it is taken, so the multi-lock holds
+for ``lease_time`` minus the time its acquisition took (``statistics().lease_remaining``
+says how long is left); the wait for each member is bounded by the earliest lease of those
+already taken, and if that lease runs out first everything is released and the acquisition
+starts over while ``wait_time`` lasts. No member ever outlives the lease asked for, even if
+the process dies half-way (Redisson takes members with ``2 x wait_time`` and PEXPIREs them
+afterwards, unchecked).
+
+**Losing it.** The multi-lock is lost as soon as any member is lost (its lease ran out, its
+renewal found it gone, it was force-unlocked, its client closed): ``on_lost`` callbacks run,
+``guard()`` cancels its body, and ``unlock()`` releases the other members and raises
+:class:`~aiolock.LockLostError`.
+
+Deliberate differences from Redisson (see ``REDISSON.md`` section 7): a stable order instead
+of the order given; ``unlock()`` releases every member in parallel and reports afterwards
+(Redisson's sync unlock stops at the first failure and leaves the rest locked); the lease
+arithmetic above (no x1000 growth on retries, no unchecked PEXPIRE); an error of one member
+is not taken for "maybe acquired": the core settles lost replies and undoes what a cancelled
+or failed attempt took; reentrant per owner; statistics and loss reporting instead of
+``UnsupportedOperationException``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import random
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, NoReturn, Protocol
+
+import anyio
+
+from .client import AioLock
+from .errors import (
+    AioLockError,
+    LockLostError,
+    LockNotOwnedError,
+    LockUsageError,
+    RedisOperationError,
+)
+from .keys import check_lease, check_seconds
+from .leases import LostCallback, Owner
+from .tasks import current_task, new_id
+from .transport.settings import ServerSettings
+
+logger = logging.getLogger("aiolock")
+
+
+class MemberLock(Protocol):
+    """What a multi-lock or red lock needs of a member: the public surface every aiolock lock
+    type shares (and the client it belongs to)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def try_lock(
+        self, wait_time: float = ..., lease_time: float | None = ..., *, owner: Owner | None = ...
+    ) -> bool: ...
+
+    async def lock(self, lease_time: float | None = ..., *, owner: Owner | None = ...) -> None: ...
+
+    async def unlock(self, *, owner: Owner | None = ...) -> None: ...
+
+    def statistics(self, *, owner: Owner | None = ...) -> Any: ...
+
+    async def is_locked(self) -> bool: ...
+
+    async def hold_count(self, *, owner: Owner | None = ...) -> int: ...
+
+    def on_lost(
+        self, callback: LostCallback, *, owner: Owner | None = ...
+    ) -> Callable[[], None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MultiLockStatistics:
+    """What the members' clients know of a multi-lock or red lock, for one owner (no Redis
+    call), computed from the members' own statistics."""
+
+    #: the multi-lock's name (its members' names, or the red lock's name)
+    name: str
+    #: the owner asked about (the current task's multi-lock owner by default)
+    owner: str
+    #: the owner holds it: every member (multi-lock), a quorum of them (red lock)
+    held: bool
+    #: how many times the owner holds it (reentrancy)
+    hold_count: int
+    #: it was lost (a member lost; fewer than a quorum left for a red lock) and the owner has
+    #: not unlocked it yet
+    lost: bool
+    #: seconds until it is lost unless renewed (the earliest member lease for a multi-lock,
+    #: the quorum-th longest for a red lock); None when not held
+    lease_remaining: float | None
+    #: every held member is renewed by its client's watchdog
+    renewed: bool
+    #: members held by the owner, and how many must be held
+    members_held: int
+    quorum: int
+    #: each member's own statistics for the owner, in acquisition order
+    members: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Member:
+    lock: MemberLock
+    client: AioLock
+    #: (server address, database)
+    server: tuple[str, int]
+
+
+# -- owners ----------------------------------------------------------------------------------
+
+#: the numbers of the multi-lock owners of each task, by client id (numbers, not Owners: an
+#: Owner refers to its task, which would keep the weak key alive)
+_TASK_OWNERS: weakref.WeakKeyDictionary[asyncio.Task[Any], dict[str, int]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def task_owner(client: AioLock) -> Owner:
+    """The current task's owner of the multi-locks and red locks whose first member is on
+    ``client`` (its number made on first use; its id is ``<client uuid>:<n>``)."""
+    task = current_task()
+    numbers = _TASK_OWNERS.get(task)
+    if numbers is None:
+        numbers = _TASK_OWNERS[task] = {}
+    number = numbers.get(client.id)
+    if number is None:
+        number = numbers[client.id] = new_id()
+    return Owner(f"{client.id}:{number}", task)
+
+
+def _other_task_owners(who: Owner) -> list[Owner]:
+    """The current task's other owners of multi-locks and red locks."""
+    task = current_task()
+    numbers = _TASK_OWNERS.get(task, {})
+    owners = [Owner(f"{client_id}:{n}", task) for client_id, n in numbers.items()]
+    return [owner for owner in owners if owner.id != who.id]
+
+
+# -- background work -------------------------------------------------------------------------
+
+#: cleanups spanning several clients (each member's own work runs on its client's spawn)
+_DETACHED: set[asyncio.Task[Any]] = set()
+
+
+def detach(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    """Run ``coro`` in a task that nobody awaits; failures are logged."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _DETACHED.add(task)
+    task.add_done_callback(_detached_done)
+    return task
+
+
+def _detached_done(task: asyncio.Task[Any]) -> None:
+    _DETACHED.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("aiolock: a multi-lock cleanup failed", exc_info=task.exception())
+
+
+def retrieve(task: asyncio.Future[Any]) -> None:
+    """A done callback that marks a task's exception as seen (it is reported elsewhere)."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def wait_shielded(tasks: Collection[asyncio.Future[Any]], seconds: float) -> None:
+    """Wait for ``tasks`` at most ``seconds``, shielded from anyio cancel scopes (they go on
+    either way; a second native cancellation still ends the wait)."""
+    if tasks and seconds > 0:
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait(tasks, timeout=seconds)
+
+
+# -- the multi-lock --------------------------------------------------------------------------
+
+
+class MultiLock:
+    """Several locks held all or nothing; get one with :func:`aiolock.multi_lock`.
+
+    ``async with multi:`` is :meth:`lock` then :meth:`unlock`. See the module docstring for
+    the owner, the acquisition order, leases and losses. Like a Lock, a multi-lock object is
+    stateless: two multi-locks over the same members are the same multi-lock.
+    """
+
+    __slots__ = ("_cleanup_timeout", "_command_timeout", "_members", "name")
+
+    _kind = "multi-lock"
+
+    def __init__(self, locks: Sequence[MemberLock], *, name: str | None = None) -> None:
+        members = _members(locks, self._kind)
+        self._members: tuple[_Member, ...] = tuple(sorted(members, key=_order))
+        self.name = name if name is not None else ", ".join(m.lock.name for m in self._members)
+        clients = {id(m.client): m.client for m in self._members}.values()
+        self._cleanup_timeout = max(c.config.cleanup_timeout for c in clients)
+        self._command_timeout = max(c.config.command_timeout for c in clients)
+
+    def __repr__(self) -> str:
+        members = ", ".join(f"{m.lock.name}@{m.server[0]}/{m.server[1]}" for m in self._members)
+        state = ""
+        if _in_task():
+            stats = self.statistics()
+            state = " lost" if stats.lost else f" held x{stats.hold_count}" if stats.held else ""
+        return f"<aiolock.{type(self).__name__} [{members}]{state}>"
+
+    @property
+    def members(self) -> tuple[MemberLock, ...]:
+        """The member locks, in acquisition order."""
+        return tuple(m.lock for m in self._members)
+
+    @property
+    def quorum(self) -> int:
+        """How many members must be held: all of them."""
+        return len(self._members)
+
+    # -- owners ---------------------------------------------------------------------------
+
+    def owner(self) -> Owner:
+        """The current task's owner of this multi-lock (the default ``owner``): the task's
+        multi-lock owner on the client of the first member."""
+        return task_owner(self._members[0].client)
+
+    def _owner(self, owner: Owner | None) -> Owner:
+        if owner is None:
+            return self.owner()
+        if not isinstance(owner, Owner):
+            raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
+        return owner
+
+    def _ready(self, owner: Owner | None) -> Owner:
+        """The owner, after the checks made before any Redis call: every client open and on
+        this event loop."""
+        for member in self._members:
+            member.client.runtime()  # ClientClosedError, WrongEventLoopError
+        return self._owner(owner)
+
+    def _check_usage(self, who: Owner, members: Sequence[_Member]) -> None:
+        """Raise if ``members`` (that could not be taken at once) cannot be taken at all:
+        the multi-lock was lost and not unlocked yet (LockLostError), or the task holds one
+        of them under another owner of its own, so it would wait for itself
+        (LockUsageError). Checked only then: nothing is looked up on the fast path."""
+        self._check_not_lost(who)
+        task = asyncio.current_task()
+        if task is None or who.task is not task:
+            return  # an explicit owner: whatever else holds them is another owner
+        others = _other_task_owners(who)
+        for member in members:
+            if member.client.closed:
+                continue
+            direct = member.client.resolve_owner(None)
+            for other in (direct, *others):
+                if member.lock.statistics(owner=other).hold_count:
+                    how = "itself" if other.id == direct.id else "through another multi-lock"
+                    raise LockUsageError(
+                        f"this task holds {member.lock.name!r} {how} (owner {other.id}), so "
+                        f"taking it through {self._kind} {self.name!r} (owner {who.id}) "
+                        "would wait for itself; pass owner= to share one owner",
+                        name=self.name,
+                    )
+
+    # -- acquiring ------------------------------------------------------------------------
+
+    async def try_lock(
+        self, wait_time: float = 0, lease_time: float | None = None, *, owner: Owner | None = None
+    ) -> bool:
+        """Take every member, waiting at most ``wait_time`` seconds in all; True if taken.
+
+        With ``lease_time`` every member expires after it (counted from when each is taken);
+        without it each is renewed by its client's watchdog while held. Returns or raises
+        within ``wait_time + command_timeout`` (plus the round trips to the other servers).
+        On False or an exception every member taken is released first (past that bound, in
+        the background)."""
+        wait = check_seconds(wait_time, "wait_time")
+        lease = None if lease_time is None else check_lease(lease_time, "lease_time")
+        return await self._acquire(wait, lease, self._ready(owner))
+
+    async def lock(self, lease_time: float | None = None, *, owner: Owner | None = None) -> None:
+        """Take every member, waiting as long as it takes."""
+        lease = None if lease_time is None else check_lease(lease_time, "lease_time")
+        await self._acquire(None, lease, self._ready(owner))
+
+    async def _acquire(self, wait: float | None, lease: float | None, who: Owner) -> bool:
+        loop = asyncio.get_running_loop()
+        wait_until = None if wait is None else loop.time() + wait
+        backoff = 0.005
+        while True:
+            outcome = await self._attempt(who, wait_until, lease)
+            if outcome is not None:
+                return outcome
+            # a lease ran out before every member was taken: start over while time is left
+            left = None if wait_until is None else wait_until - loop.time()
+            if left is not None and left <= 0:
+                return False
+            delay = random.uniform(0, backoff)
+            await asyncio.sleep(delay if left is None else min(delay, left))
+            backoff = min(backoff * 2, 0.5)
+
+    async def _attempt(
+        self, who: Owner, wait_until: float | None, lease: float | None
+    ) -> bool | None:
+        """One pass over the members in order: True (all taken), False (one could not be
+        taken in time), None (an earlier member's lease ran out first: start over)."""
+        loop = asyncio.get_running_loop()
+        taken: list[_Member] = []
+        expires = math.inf  # loop time at which the earliest lease taken runs out
+        try:
+            for member in self._members:
+                if not await member.lock.try_lock(0, lease, owner=who):
+                    # busy: check that it can ever be taken, then wait for it, at most what
+                    # is left of the wait and of the earliest lease taken
+                    self._check_usage(who, [member])
+                    left = None if wait_until is None else max(0.0, wait_until - loop.time())
+                    bounded_by_lease = False
+                    if lease is not None and taken:
+                        until_expiry = expires - loop.time()
+                        if until_expiry <= 0:
+                            await self._release(taken, who, self._release_budget(wait_until))
+                            return None
+                        if left is None or until_expiry < left:
+                            left, bounded_by_lease = until_expiry, True
+                    if left is None:
+                        await member.lock.lock(lease, owner=who)
+                    elif not await member.lock.try_lock(left, lease, owner=who):
+                        await self._release(taken, who, self._release_budget(wait_until))
+                        return None if bounded_by_lease else False
+                taken.append(member)
+                if lease is not None:
+                    remaining = _member_stats(member, who).lease_remaining
+                    expires = min(expires, loop.time() + (remaining or 0.0))
+            if all(s.held for s in self._stats(who)):
+                return True
+            # a member taken first was lost meanwhile (lease ran out, force-unlocked)
+            await self._release(taken, who, self._release_budget(wait_until))
+            return None
+        except BaseException as exc:
+            await self._release(taken, who, self._release_budget(wait_until))
+            if isinstance(exc, LockLostError):
+                self._check_not_lost(who)  # the multi-lock's own error, if it is lost
+            raise
+
+    def _release_budget(self, wait_until: float | None) -> float:
+        """How long a failing acquisition waits for its releases: what is left of
+        ``wait_time + command_timeout`` (at least a moment), at most ``cleanup_timeout``."""
+        if wait_until is None:
+            return self._cleanup_timeout
+        left = wait_until + self._command_timeout - asyncio.get_running_loop().time()
+        return min(self._cleanup_timeout, max(left, 0.001))
+
+    def _check_not_lost(self, who: Owner) -> None:
+        stats = self._stats(who)
+        if self._lost(stats):
+            raise LockLostError(
+                f"{self._kind} {self.name!r} held by {who.id} was lost; unlock it as often as "
+                "it was taken before taking it again",
+                name=self.name,
+                owner=who.id,
+            )
+
+    async def __aenter__(self) -> MultiLock:
+        await self.lock()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._unlock_at_exit(exc, None)
+
+    def __enter__(self) -> NoReturn:
+        raise TypeError(f"use 'async with' with an aiolock {type(self).__name__}, not 'with'")
+
+    def __exit__(self, *args: object) -> None:  # pragma: no cover - __enter__ always raises
+        pass
+
+    # -- releasing ------------------------------------------------------------------------
+
+    async def unlock(self, *, owner: Owner | None = None) -> None:
+        """Drop one hold of every member the owner holds, in parallel.
+
+        Once called, the releases complete even if the caller is cancelled (it waits for them
+        at most ``cleanup_timeout``). Raises LockNotOwnedError if the owner holds none of the
+        members (nothing is sent), LockLostError if the multi-lock was lost (the other
+        members are released all the same), LockNotOwnedError if it held only some of them,
+        and a RedisOperationError if a release could not be confirmed (it goes on in the
+        background; the member is never renewed again)."""
+        who = self._owner(owner)
+        stats = self._stats(who)
+        targets = [m for m, s in zip(self._members, stats, strict=True) if s.hold_count or s.lost]
+        if not targets:
+            raise LockNotOwnedError(
+                f"{self._kind} {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
+            )
+        lost = self._lost(stats)
+        held = self._held(stats)
+        results = await self._release(targets, who, self._cleanup_timeout)
+        self._report_release(who, stats, results, lost=lost, held=held)
+
+    def _report_release(
+        self,
+        who: Owner,
+        stats: list[Any],
+        results: dict[_Member, BaseException | None],
+        *,
+        lost: bool,
+        held: bool,
+    ) -> None:
+        errors = [error for error in results.values() if error is not None]
+        if lost:
+            cause = next((e for e in errors if isinstance(e, LockLostError)), None)
+            raise LockLostError(
+                f"{self._kind} {self.name!r} held by {who.id} was lost"
+                + (f": {cause}" if cause is not None else ""),
+                name=self.name,
+                owner=who.id,
+            ) from cause
+        failed = [e for e in errors if isinstance(e, RedisOperationError)]
+        if failed:
+            raise RedisOperationError(
+                f"releasing {self._kind} {self.name!r}: {len(failed)} of {len(results)} "
+                f"member releases were not confirmed ({failed[0]}); they go on in the "
+                "background or expire unrenewed"
+            ) from failed[0]
+        if not held:
+            missing = [m.lock.name for m, s in zip(self._members, stats, strict=True) if not s.held]
+            raise LockNotOwnedError(
+                f"{self._kind} {self.name!r}: {who.id} held only some of its members "
+                f"(not {', '.join(map(repr, missing))}); those it held were released",
+                name=self.name,
+                owner=who.id,
+            )
+
+    async def _release(
+        self, members: Sequence[_Member], who: Owner, seconds: float
+    ) -> dict[_Member, BaseException | None]:
+        """Release one count of each member in parallel, each in a task of its client (so a
+        cancelled caller cannot stop them); wait for them at most ``seconds`` (shielded).
+        What each release raised (None: released)."""
+        tasks: dict[asyncio.Task[None], _Member] = {}
+        results: dict[_Member, BaseException | None] = {}
+        for member in members:
+            try:
+                spawn = member.client.runtime().spawn
+            except AioLockError as exc:  # its client closed: every hold on it is gone
+                results[member] = exc
+                continue
+            task = spawn(member.lock.unlock(owner=who))
+            task.add_done_callback(retrieve)
+            tasks[task] = member
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        try:
+            if tasks:
+                await asyncio.wait(tasks, timeout=seconds)
+        except asyncio.CancelledError:
+            await wait_shielded(tasks, until - loop.time())
+            raise
+        for task, member in tasks.items():
+            if not task.done():
+                results[member] = _Unconfirmed(
+                    f"releasing {member.lock.name!r} did not end within {seconds:.3g} s; "
+                    "it goes on in the background"
+                )
+            elif task.cancelled():
+                results[member] = _Unconfirmed(f"releasing {member.lock.name!r} was cancelled")
+            else:
+                results[member] = task.exception()
+        return results
+
+    async def force_unlock(self) -> bool:
+        """Force-unlock every member, in parallel, whoever holds it (each member's own
+        ``force_unlock``: its waiters are woken, other owners' holds are lost); True if any
+        member was held. Raises the first error of a member after all were tried."""
+        for member in self._members:
+            if not callable(getattr(member.lock, "force_unlock", None)):
+                raise TypeError(f"{member.lock!r} has no force_unlock()")
+        results = await asyncio.gather(
+            *(member.lock.force_unlock() for member in self._members),  # type: ignore[attr-defined]
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return any(results)
+
+    async def _unlock_at_exit(
+        self, exc: BaseException | None, owner: Owner | None, *, lost_ok: bool = False
+    ) -> None:
+        """The unlock at the end of an ``async with``: the body's own exception wins."""
+        try:
+            await self.unlock(owner=owner)
+        except LockLostError:
+            if lost_ok:
+                return
+            if exc is None:
+                raise
+            exc.add_note(f"aiolock: {self._kind} {self.name!r} was lost before the block ended")
+        except AioLockError as error:
+            if exc is None:
+                raise
+            exc.add_note(f"aiolock: releasing {self._kind} {self.name!r} failed: {error}")
+            logger.warning(
+                "aiolock: releasing %s %r after an error in the block failed: %s",
+                self._kind,
+                self.name,
+                error,
+            )
+
+    # -- losing ---------------------------------------------------------------------------
+
+    def on_lost(self, callback: LostCallback, *, owner: Owner | None = None) -> Callable[[], None]:
+        """Call ``callback(LockLostError)`` once if the owner loses the multi-lock (any
+        member lost; for a red lock, fewer than a quorum still held). It runs from the event
+        loop soon after (a coroutine result is run as a task). Returns a remover.
+        Raises LockNotOwnedError if the owner does not hold it."""
+        who = self._owner(owner)
+        stats = self._stats(who)
+        if not self._held(stats):
+            raise LockNotOwnedError(
+                f"{self._kind} {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
+            )
+        held = [m for m, s in zip(self._members, stats, strict=True) if s.held]
+        spare = len(held) - self.quorum  # losses it survives
+        losses = 0
+        removers: list[Callable[[], None]] = []
+        fired = False
+
+        def member_lost(error: LockLostError) -> None:
+            nonlocal losses, fired
+            losses += 1
+            if fired or losses <= spare:
+                return
+            fired = True
+            remove()
+            lost = LockLostError(
+                f"{self._kind} {self.name!r} held by {who.id} was lost: {error}",
+                name=self.name,
+                owner=who.id,
+            )
+            lost.__cause__ = error
+            _run_callback(callback, lost)
+
+        def remove() -> None:
+            while removers:
+                removers.pop()()
+
+        for member in held:
+            removers.append(member.lock.on_lost(member_lost, owner=who))
+        return remove
+
+    @asynccontextmanager
+    async def guard(
+        self, lease_time: float | None = None, *, owner: Owner | None = None
+    ) -> AsyncIterator[MultiLock]:
+        """Hold the multi-lock for the body and cancel the body if it is lost.
+
+        Like ``Lock.guard()``: when the multi-lock is lost the body is cancelled once and
+        LockLostError is raised from the ``async with``."""
+        await self.lock(lease_time, owner=owner)
+        task = current_task()
+        cancelling = task.cancelling()
+        state = {"inside": True, "cancelled": False}
+        lost_error: list[LockLostError] = []
+
+        def lost(error: LockLostError) -> None:
+            if state["inside"]:
+                state["cancelled"] = True
+                lost_error.append(error)
+                task.cancel(f"aiolock: {self._kind} {self.name!r} was lost")
+
+        try:
+            remove = self.on_lost(lost, owner=owner)
+        except LockNotOwnedError:  # lost as soon as taken
+            await self._unlock_at_exit(None, owner)
+            raise
+        try:
+            yield self
+        except asyncio.CancelledError as exc:
+            state["inside"] = False
+            if state["cancelled"] and task.uncancel() <= cancelling:
+                await self._unlock_at_exit(None, owner, lost_ok=True)
+                raise lost_error[0] from exc
+            await self._unlock_at_exit(exc, owner)
+            raise
+        except BaseException as exc:
+            state["inside"] = False
+            await self._unlock_at_exit(exc, owner)
+            raise
+        else:
+            state["inside"] = False
+            await self._unlock_at_exit(None, owner)
+        finally:
+            state["inside"] = False
+            remove()
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def is_locked(self) -> bool:
+        """True if a quorum of the members (every one of a multi-lock) is locked by anyone
+        (read on the servers, in parallel)."""
+        answers = await self._read(lambda lock: lock.is_locked())
+        return sum(1 for answer in answers if answer is True) >= self.quorum
+
+    async def hold_count(self, *, owner: Owner | None = None) -> int:
+        """How many times the owner holds it on the servers: the quorum-th largest of its
+        members' hold counts (the smallest for a multi-lock)."""
+        who = self._owner(owner)
+        answers = await self._read(lambda lock: lock.hold_count(owner=who))
+        counts = sorted((a for a in answers if isinstance(a, int)), reverse=True)
+        return counts[self.quorum - 1] if len(counts) >= self.quorum else 0
+
+    async def is_held_by_current_task(self, *, owner: Owner | None = None) -> bool:
+        """True if the owner (the current task's multi-lock owner by default) holds it, as
+        the servers say."""
+        return await self.hold_count(owner=owner) > 0
+
+    async def _read(self, read: Callable[[Any], Awaitable[Any]]) -> list[Any]:
+        """Ask every member's server at once; an answer per member (an AioLockError where
+        its server failed). Raises the first error if fewer than a quorum answered."""
+        answers = await asyncio.gather(
+            *(read(m.lock) for m in self._members), return_exceptions=True
+        )
+        errors = [a for a in answers if isinstance(a, BaseException)]
+        for error in errors:
+            if not isinstance(error, AioLockError):
+                raise error
+        if len(answers) - len(errors) < self.quorum:
+            raise errors[0]
+        return answers
+
+    def _stats(self, who: Owner) -> list[Any]:
+        return [_member_stats(m, who) for m in self._members]
+
+    def _held(self, stats: Sequence[Any]) -> bool:
+        return sum(1 for s in stats if s.held) >= self.quorum
+
+    def _lost(self, stats: Sequence[Any]) -> bool:
+        return any(s.lost for s in stats) and not self._held(stats)
+
+    def statistics(self, *, owner: Owner | None = None) -> MultiLockStatistics:
+        """What the members' clients know of it for ``owner`` (no Redis call)."""
+        who = self._owner(owner)
+        stats = self._stats(who)
+        held_stats = [s for s in stats if s.held]
+        quorum = self.quorum
+        held = len(held_stats) >= quorum
+        remaining = None
+        count = 0
+        if held:
+            # the quorum-th longest lease / hold count of the held members (for a
+            # multi-lock, whose quorum is every member: the shortest, the smallest)
+            leases = sorted((s.lease_remaining or 0.0 for s in held_stats), reverse=True)
+            remaining = leases[quorum - 1]
+            counts = sorted((s.hold_count for s in held_stats), reverse=True)
+            count = counts[quorum - 1]
+        return MultiLockStatistics(
+            name=self.name,
+            owner=who.id,
+            held=held,
+            hold_count=count,
+            lost=self._lost(stats),
+            lease_remaining=remaining,
+            renewed=bool(held_stats) and all(s.renewed for s in held_stats),
+            members_held=len(held_stats),
+            quorum=quorum,
+            members=tuple(stats),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedMemberStatistics:
+    """A member whose client is closed: closing a client loses every hold on it."""
+
+    name: str
+    owner: str
+    held: bool = False
+    hold_count: int = 0
+    state: str | None = "lost"
+    lost: bool = True
+    lease_remaining: float | None = None
+    renewed: bool = False
+    tasks_waiting: int = 0
+
+
+def _member_stats(member: _Member, who: Owner) -> Any:
+    if member.client.closed:
+        return ClosedMemberStatistics(member.lock.name, who.id)
+    return member.lock.statistics(owner=who)
+
+
+class _Unconfirmed(RedisOperationError):
+    """A member release that did not end in time (it goes on in the background)."""
+
+
+def _run_callback(callback: LostCallback, error: LockLostError) -> None:
+    try:
+        result = callback(error)
+        if inspect.isawaitable(result):
+            detach(_await(result))
+    except Exception:
+        logger.exception("aiolock: an on_lost callback failed")
+
+
+async def _await(awaitable: Any) -> None:
+    try:
+        await awaitable
+    except Exception:
+        logger.exception("aiolock: an on_lost callback failed")
+
+
+# -- members ---------------------------------------------------------------------------------
+
+
+#: (server address, database) of each client
+_SERVERS: weakref.WeakKeyDictionary[AioLock, tuple[str, int]] = weakref.WeakKeyDictionary()
+
+
+def _server(client: AioLock) -> tuple[str, int]:
+    server = _SERVERS.get(client)
+    if server is None:
+        settings = ServerSettings.from_redis(client.redis)
+        server = _SERVERS[client] = (settings.address, settings.db)
+    return server
+
+
+def _members(locks: Sequence[Any], kind: str) -> list[_Member]:
+    """Check the member locks (before any I/O); raise TypeError / ValueError."""
+    if isinstance(locks, str | bytes) or not isinstance(locks, Sequence):
+        raise TypeError(f"a {kind} takes lock objects, not {type(locks).__name__}")
+    if not locks:
+        raise ValueError(f"a {kind} needs at least one lock")
+    members: list[_Member] = []
+    seen: dict[tuple[str, int, str], Any] = {}
+    for lock in locks:
+        client = getattr(lock, "_client", None)
+        name = getattr(lock, "name", None)
+        if (
+            not isinstance(client, AioLock)
+            or not isinstance(name, str)
+            or not all(
+                callable(getattr(lock, method, None))
+                for method in ("try_lock", "lock", "unlock", "statistics", "on_lost")
+            )
+        ):
+            raise TypeError(f"a {kind} takes aiolock lock objects, not {lock!r}")
+        server = _server(client)
+        key = (*server, name)
+        if key in seen:
+            raise ValueError(
+                f"{lock!r} and {seen[key]!r} are the same lock ({name!r} on "
+                f"{server[0]}/{server[1]}); a {kind} takes each lock once"
+            )
+        seen[key] = lock
+        members.append(_Member(lock, client, server))
+    return members
+
+
+def _order(member: _Member) -> tuple[str, int, str]:
+    return (*member.server, member.lock.name)
+
+
+def _in_task() -> bool:
+    try:
+        return asyncio.current_task() is not None
+    except RuntimeError:
+        return False
+
+
+def multi_lock(*locks: MemberLock) -> MultiLock:
+    """A multi-lock over ``locks`` (any aiolock lock objects, on one client or several):
+    held all or nothing, taken in a stable order. See :class:`MultiLock`."""
+    return MultiLock(locks)

@@ -1,0 +1,129 @@
+-- fair_lock_acquire: take, re-enter or wait in line for a fair lock (Redisson's RFairLock).
+-- KEYS[1]  the lock key: a hash, field = owner id, value = hold count; TTL = lease
+-- KEYS[2]  redisson_lock_queue:{name}: the owners waiting, first in line first
+-- KEYS[3]  redisson_lock_timeout:{name}: zset owner -> deadline, Unix ms (callers' clocks)
+-- KEYS[4]  redisson_lock__channel:{name}: waiter W listens on KEYS[4] .. ':' .. W
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner id
+-- ARGV[3]  wait allowance in ms (0: try once, never wait in line)
+-- ARGV[4]  now: Unix ms on the caller's clock
+-- ARGV[5]  the message that wakes a waiter, "0"
+-- Returns  nil when acquired, else the ms (>= 1) after which to try again: the holder's
+--          remaining lease; behind the first in line, at most the caller's allowance (so a
+--          first waiter that died is dropped soon after the lock is free: only it is woken by
+--          a release); while the lock is free for the first in line, until its deadline.
+--
+-- First come, first served: the lock is taken only when it is free and the caller is first
+-- in line (or nobody waits); a waiter joins the tail once. Deadlines are Redisson's: a
+-- waiter's is its allowance past the one ahead of it, the first one's its allowance past the
+-- end of the holder's lease; a waiter found first in line past its deadline is presumed dead
+-- and dropped (never the caller itself). Redisson moves every deadline up by the allowance of
+-- a waiter that takes the lock; this script moves them by however the end of the lease moves
+-- (taking, re-entering), and the first in line keeps its own deadline (and everyone's behind
+-- it) its allowance past the current lease end each time it checks, so a live waiter is
+-- never dropped and a dead one holds the line up for its allowance once the lock is free.
+local lease = tonumber(ARGV[1])
+local owner = ARGV[2]
+local allowance = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
+
+-- every deadline moves by delta ms
+local function shift(delta)
+    if delta ~= 0 then
+        local waiting = redis.call('zrange', KEYS[3], 0, -1)
+        for i = 1, #waiting do
+            redis.call('zincrby', KEYS[3], delta, waiting[i])
+        end
+    end
+end
+
+local head
+local dropped = false
+while true do
+    head = redis.call('lindex', KEYS[2], 0)
+    if head == false or head == owner then
+        break
+    end
+    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
+    if deadline ~= nil and deadline > now then
+        break
+    end
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
+    dropped = true
+end
+
+local pttl = redis.call('pttl', KEYS[1])
+if pttl == -2 then
+    if head == false or head == owner then
+        if head == owner then
+            local mine = tonumber(redis.call('zscore', KEYS[3], owner))
+            redis.call('lpop', KEYS[2])
+            redis.call('zrem', KEYS[3], owner)
+            if mine ~= nil then
+                -- the ones behind now wait for this lease instead of for this waiter's turn
+                shift(now + lease - mine)
+            end
+        else
+            redis.call('zrem', KEYS[3], owner)
+        end
+        redis.call('hset', KEYS[1], owner, 1)
+        redis.call('pexpire', KEYS[1], lease)
+        return nil
+    end
+    if dropped then
+        -- the lock is free and the new first in line may not know: wake it
+        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[5])
+    end
+elseif redis.call('hexists', KEYS[1], owner) == 1 then
+    redis.call('hincrby', KEYS[1], owner, 1)
+    if pttl < lease then
+        redis.call('pexpire', KEYS[1], lease)
+        if pttl >= 0 then
+            shift(lease - pttl)
+        end
+    end
+    return nil
+end
+
+-- when the holder's lease ends as seen now (a key without a TTL: as if it ended in a lease)
+local lease_end = now + pttl
+local retry = pttl
+if pttl == -1 then
+    lease_end = now + lease
+    retry = lease
+elseif pttl == -2 then
+    lease_end = now
+    retry = tonumber(redis.call('zscore', KEYS[3], head)) - now
+end
+if allowance <= 0 then
+    return math.max(retry, 1)
+end
+
+local mine = tonumber(redis.call('zscore', KEYS[3], owner))
+if mine == nil then
+    local after = lease_end
+    local last = redis.call('lindex', KEYS[2], -1)
+    if last ~= false and last ~= owner then
+        local deadline = tonumber(redis.call('zscore', KEYS[3], last))
+        if deadline ~= nil and deadline > after then
+            after = deadline
+        end
+    end
+    redis.call('zadd', KEYS[3], after + allowance, owner)
+    if last ~= owner then
+        redis.call('rpush', KEYS[2], owner)
+    end
+    if head == false then
+        head = owner
+    end
+elseif head == owner and mine < lease_end + allowance then
+    shift(lease_end + allowance - mine)
+end
+if head ~= owner and pttl ~= -2 and retry > allowance then
+    retry = allowance
+end
+if retry < 1 then
+    retry = 1
+end
+return retry

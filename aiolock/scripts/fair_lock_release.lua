@@ -1,0 +1,77 @@
+-- fair_lock_release: drop one hold of a fair lock; the last one frees it and wakes the first
+-- waiter in line (only that one).
+-- KEYS[1]  the lock key (hash: owner id -> hold count)
+-- KEYS[2]  redisson_lock_queue:{name}
+-- KEYS[3]  redisson_lock_timeout:{name}
+-- KEYS[4]  redisson_lock__channel:{name} (waiter W listens on KEYS[4] .. ':' .. W)
+-- ARGV[1]  the unlock message, "0"
+-- ARGV[2]  lease in milliseconds: while holds remain the TTL is extended to it if shorter
+-- ARGV[3]  owner id
+-- ARGV[4]  now: Unix ms on the caller's clock
+-- ARGV[5]  the owner's count the caller expects (compare and decrement: a release that
+--          arrives late, or twice, finds another count and changes nothing)
+-- Returns  nil if the owner holds no count (if the lock is free, the first waiter is woken
+--          anyway); -1 if it holds another count than expected (nothing changed); 0 if holds
+--          remain (count -1); 1 if this was the last hold.
+-- Waiters' deadlines move with the end of the lease (see fair_lock_acquire.lua): back when a
+-- hold extends it, forward by what was left of it when the lock is freed. The last release
+-- deletes the key before anything that needs memory, so it goes through on a server out of
+-- memory (moving the deadlines is then skipped).
+local function shift(delta)
+    if delta ~= 0 then
+        local waiting = redis.call('zrange', KEYS[3], 0, -1)
+        for i = 1, #waiting do
+            redis.pcall('zincrby', KEYS[3], delta, waiting[i])
+        end
+    end
+end
+
+local now = tonumber(ARGV[4])
+local head
+while true do
+    head = redis.call('lindex', KEYS[2], 0)
+    if head == false then
+        break
+    end
+    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
+    if deadline ~= nil and deadline > now then
+        break
+    end
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
+end
+
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+if count == nil then
+    if head ~= false and redis.call('exists', KEYS[1]) == 0 then
+        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    end
+    return nil
+end
+if count ~= tonumber(ARGV[5]) then
+    return -1
+end
+local pttl = redis.call('pttl', KEYS[1])
+if count > 1 then
+    redis.call('hincrby', KEYS[1], ARGV[3], -1)
+    local lease = tonumber(ARGV[2])
+    if pttl < lease then
+        redis.call('pexpire', KEYS[1], lease)
+        if pttl >= 0 then
+            shift(lease - pttl)
+        end
+    end
+    return 0
+end
+if redis.call('hlen', KEYS[1]) > 1 then
+    redis.call('hdel', KEYS[1], ARGV[3])
+    return 1
+end
+redis.call('del', KEYS[1])
+if pttl > 0 then
+    shift(-pttl)
+end
+if head ~= false then
+    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+end
+return 1

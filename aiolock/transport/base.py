@@ -1,0 +1,91 @@
+"""The transport interface (see aiolock.transport)."""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import Config
+from .link import Call, OutcomeUnknown
+from .subscriber import Listener
+
+
+@dataclass(frozen=True, slots=True)
+class TransportStatistics:
+    """What a transport holds open and has in flight."""
+
+    #: open command links
+    links: int
+    #: commands sent and not yet answered
+    commands_in_flight: int
+    #: pub/sub channels listened to
+    subscriptions: int
+    #: command links opened so far (1 + reconnects, per node)
+    links_opened: int
+    #: pub/sub connections opened so far
+    pubsub_connections_opened: int
+    #: dropped links whose requests were fenced (CLIENT KILL) before concluding
+    fences: int
+
+
+class Transport(ABC):
+    """The interface the layers above use (see the module docstring)."""
+
+    config: Config
+
+    @abstractmethod
+    def send_now(self, packed: bytes, *, key: str | None) -> Call | None:
+        """Write ``packed`` to the link serving ``key`` if one is open and takes writes;
+        None otherwise (then use :meth:`send`). Never suspends."""
+
+    @abstractmethod
+    async def send(self, packed: bytes, *, key: str | None, deadline: float | None = None) -> Call:
+        """Write ``packed`` to the link serving ``key``, opening one if needed (by
+        ``deadline``, else within command_timeout); raises :class:`NotSent`."""
+
+    @abstractmethod
+    async def fence(self, lost: OutcomeUnknown, deadline: float | None) -> bool:
+        """True once the dropped link of ``lost`` can run nothing more; False if that cannot
+        be made sure now (no identity, no permission, no server before ``deadline``)."""
+
+    @abstractmethod
+    def subscribe(self, channel: bytes, listener: Listener, *, key: str) -> asyncio.Future[None]:
+        """Listen to ``channel``; the future confirms it or fails (NotSent, SubscribeRefused)."""
+
+    @abstractmethod
+    def unsubscribe(self, channel: bytes, *, key: str) -> None:
+        """Stop listening to ``channel``."""
+
+    def batch_key(self, key: str) -> Hashable:
+        """Keys with equal batch keys may share one script call (one slot on a cluster)."""
+        return None
+
+    @abstractmethod
+    def statistics(self) -> TransportStatistics: ...
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called (nothing can be sent any more)."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Close every link; commands in flight settle with OutcomeUnknown."""
+
+
+async def wait_call(call: Call, deadline: float | None) -> Any:
+    """The reply of ``call``, waiting at most until ``deadline`` (loop time) for it.
+
+    Raises TimeoutError past the deadline; the call is abandoned then (its reply dropped).
+    Meant for commands whose late reply does not matter (reads, CLIENT KILL)."""
+    if deadline is None:
+        return await call.future
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await call.future
+    except TimeoutError:
+        call.abandon(lambda _: None)
+        raise

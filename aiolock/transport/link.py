@@ -1,0 +1,474 @@
+"""One connection to a Redis server, as an asyncio Protocol: no reader task, no per-command Task.
+
+Commands are encoded (hiredis) before anything is queued, written at once without waiting for
+earlier replies, and matched to their :class:`Call` first-in first-out as replies are parsed in
+``data_received``; a reply resolves its caller's future right there. A subscriber link is the
+same with a ``sink``: pub/sub messages go to it (channel and payload as bytes, never decoded)
+and everything else is a reply in order (one SUBSCRIBE per channel, so one reply each).
+
+Health: a link whose oldest command waited ``command_timeout`` is dropped; a link silent for
+``ping_interval`` is sent a PING (and so dropped if that goes unanswered). A dropped link
+settles every call in flight with :class:`OutcomeUnknown` carrying the link's identity, so the
+owner of the link can fence it (``CLIENT KILL``) before anything is concluded.
+
+Replies in step: RESP has no request ids, so a reply lost while the connection stays up (a
+faulty middlebox) would hand every later reply to the wrong caller. A command link therefore
+ends each batch of commands with a marker, ``PING <n>``, and hands a batch's replies to their
+callers only once its marker's own reply has come back in its place; a reply out of step
+drops the link (every call in flight and held: :class:`OutcomeUnknown`, settled above).
+
+A caller that stops waiting (cancelled, or past its own deadline) calls :meth:`Call.abandon`:
+its reply, whenever it comes, goes to a handler instead (e.g. to undo a lock it took).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+import hiredis
+
+from .settings import ServerSettings
+
+logger = logging.getLogger("aiolock.transport")
+
+Sink = Callable[[bytes, bytes], None]
+_MESSAGE_KINDS: Final = frozenset({b"message", b"smessage"})
+
+
+class ErrorReply(Exception):
+    """An error reply from Redis (``-ERR ...``, ``-NOSCRIPT ...``, ``-WRONGTYPE ...``)."""
+
+    @property
+    def code(self) -> str:
+        """The error's first word: ERR, NOSCRIPT, WRONGTYPE, NOPERM, MOVED, ..."""
+        text = str(self)
+        return text.split(" ", 1)[0]
+
+
+class NotSent(Exception):
+    """Nothing was sent: no connection could be opened (safe to try again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkIdentity:
+    """Who a link was on the server: enough to kill it there (``CLIENT KILL``)."""
+
+    server: str
+    client_id: int | None
+    #: the client's address as the server saw it (``CLIENT INFO``'s ``addr``)
+    addr: str | None
+
+
+class OutcomeUnknown(Exception):
+    """A command was possibly sent but its reply was lost: it may or may not have run, and
+    until its link is fenced it may still run later."""
+
+    def __init__(self, message: str, link: LinkIdentity | None) -> None:
+        super().__init__(message)
+        self.link = link
+
+
+class _Arrived:
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+class Call:
+    """One command in flight; ``future`` gets its reply: a value, an :class:`ErrorReply`, or
+    an :class:`OutcomeUnknown` (given as results, never raised into the future)."""
+
+    __slots__ = ("_late", "future", "mark", "packed", "sent_at")
+
+    def __init__(
+        self, future: asyncio.Future[Any], sent_at: float, packed: bytes, mark: bytes | None = None
+    ) -> None:
+        self.future = future
+        self.sent_at = sent_at
+        #: the command as sent (an EVALSHA is sent again as EVAL from it on NOSCRIPT)
+        self.packed = packed
+        #: for a marker PING (see Link), the reply it must get
+        self.mark = mark
+        self._late: _Arrived | Callable[[Any], None] | None = None
+
+    def settle(self, value: object) -> None:
+        future = self.future
+        if not future.done():
+            future.set_result(value)
+            return
+        late = self._late
+        if late is None:
+            self._late = _Arrived(value)  # the caller is leaving: abandon() picks it up
+        elif not isinstance(late, _Arrived):
+            late(value)
+
+    def abandon(self, handler: Callable[[Any], None]) -> None:
+        """The caller stops waiting: ``handler(value)`` gets the outcome (now, if known)."""
+        future = self.future
+        if future.done() and not future.cancelled():
+            handler(future.result())
+            return
+        late = self._late
+        if isinstance(late, _Arrived):
+            handler(late.value)
+        else:
+            self._late = handler
+
+
+def pack(args: tuple[Any, ...]) -> bytes:
+    """One command in RESP (raises if an argument cannot be encoded)."""
+    packed: bytes = hiredis.pack_command(args)
+    return packed
+
+
+#: script SHA1 (hex, bytes) -> the EVAL command's head with the script's source
+_EVAL_BODIES: dict[bytes, bytes] = {}
+_EVALSHA = b"$7\r\nEVALSHA\r\n$40\r\n"
+
+
+def register_script(sha: str, source: str) -> None:
+    """Make ``EVALSHA sha ...`` commands fall back to EVAL with ``source`` on NOSCRIPT."""
+    encoded = source.encode()
+    _EVAL_BODIES[sha.encode()] = b"$4\r\nEVAL\r\n$%d\r\n%s\r\n" % (len(encoded), encoded)
+
+
+def _eval_fallback(packed: bytes) -> bytes | None:
+    """The EVAL command equivalent to an encoded EVALSHA of a registered script."""
+    head = packed.find(b"\r\n") + 2
+    start = head + len(_EVALSHA)
+    if packed[head:start] != _EVALSHA:
+        return None
+    body = _EVAL_BODIES.get(packed[start : start + 40])
+    if body is None:
+        return None
+    return packed[:head] + body + packed[start + 42 :]
+
+
+class Link(asyncio.Protocol):
+    """One open connection (see the module docstring). Make it with :meth:`open`."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        *,
+        command_timeout: float,
+        ping_interval: float,
+        sink: Sink | None = None,
+        on_closed: Callable[[Link, BaseException], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._command_timeout = command_timeout
+        self._ping_interval = ping_interval
+        self._sink = sink
+        self._on_closed = on_closed
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._parser = hiredis.Reader(replyError=ErrorReply)
+        self._pending: deque[Call] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        #: commands written while a flush is due, sent together by it (None: none due)
+        self._batch: list[bytes] | None = None
+        #: whether batches end with a marker (a command link once its handshake is done)
+        self._marked = False
+        self._marks = 0
+        #: replies of the batch under way, handed out when its marker comes back in place
+        self._held: list[tuple[Call, Any]] = []
+        self._last_read = self._loop.time()
+        #: set while the socket takes no more writes (flow control)
+        self.paused: asyncio.Future[None] | None = None
+        self.identity = LinkIdentity(settings.address, None, None)
+        self.closed = False
+        #: why the link closed (None while open)
+        self.error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self._pending)} in flight"
+        return f"<Link {self.identity.server} id={self.identity.client_id} {state}>"
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    # -- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls, settings: ServerSettings, *, command_timeout: float, ping_interval: float, **kw: Any
+    ) -> Link:
+        """Connect and run the handshake (AUTH, SELECT, CLIENT SETNAME, CLIENT INFO), bounded
+        by ``command_timeout``. Raises :class:`NotSent` with what went wrong."""
+        link = cls(settings, command_timeout=command_timeout, ping_interval=ping_interval, **kw)
+        try:
+            async with asyncio.timeout(command_timeout):
+                await link._connect()
+                await link._handshake()
+            link._marked = link._sink is None
+        except TimeoutError:
+            link.close(NotSent("no answer"))
+            hint = ""
+            if settings.ssl_context is not None:
+                hint = "; if that server does not speak TLS, use a redis:// URL, not rediss://"
+            raise NotSent(
+                f"cannot connect to Redis at {settings.address}: no answer within "
+                f"{command_timeout:g} s (command_timeout){hint}"
+            ) from None
+        except BaseException as exc:
+            link.close(exc)
+            if isinstance(exc, NotSent | asyncio.CancelledError):
+                raise
+            raise NotSent(f"cannot connect to Redis at {settings.address}: {exc}") from exc
+        return link
+
+    async def _connect(self) -> None:
+        settings = self.settings
+        try:
+            if settings.path is not None:
+                await self._loop.create_unix_connection(lambda: self, settings.path)
+            else:
+                assert settings.host is not None
+                await self._loop.create_connection(
+                    lambda: self,
+                    settings.host,
+                    settings.port,
+                    ssl=settings.ssl_context,
+                    server_hostname=settings.host if settings.ssl_context else None,
+                )
+        except ssl.SSLError as exc:
+            raise NotSent(
+                f"TLS handshake with {settings.address} failed: {exc}. If the server does not "
+                "speak TLS, use a redis:// URL instead of rediss://"
+            ) from exc
+        except OSError as exc:
+            raise NotSent(f"cannot connect to Redis at {settings.address}: {exc}") from exc
+
+    async def _handshake(self) -> None:
+        settings = self.settings
+        commands: list[tuple[Any, ...]] = []
+        credentials = await settings.credentials()
+        if credentials:
+            commands.append(("AUTH", *credentials))
+        if settings.db:
+            commands.append(("SELECT", settings.db))
+        if settings.client_name:
+            commands.append(("CLIENT", "SETNAME", settings.client_name))
+        commands.append(("CLIENT", "INFO"))
+        calls = [self.send(pack(command)) for command in commands]
+        for command, call in zip(commands, calls, strict=True):
+            reply = await call.future
+            if isinstance(reply, OutcomeUnknown):
+                hint = ""
+                if settings.ssl_context is None:
+                    hint = " (if the server speaks TLS, use a rediss:// URL)"
+                raise NotSent(f"connection to {settings.address} closed{hint}: {reply}")
+            if isinstance(reply, ErrorReply):
+                if command[:2] == ("CLIENT", "INFO") and _tolerable(reply):
+                    break  # an old server or a restricted user: no identity, no fencing
+                what = "AUTH (authentication)" if command[0] == "AUTH" else " ".join(command[:2])
+                raise NotSent(f"Redis at {settings.address} refused {what}: {reply}")
+            if command[:2] == ("CLIENT", "INFO"):
+                self.identity = _identity(settings.address, reply)
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def send(self, packed: bytes) -> Call:
+        """Write one encoded command; its :class:`Call` settles with the reply. An EVALSHA
+        of a script the server does not know (NOSCRIPT) is sent again as EVAL, same call."""
+        if self.closed:
+            raise NotSent(f"connection to {self.identity.server} is closed: {self.error}")
+        loop = self._loop
+        call = Call(loop.create_future(), loop.time(), packed)
+        self._pending.append(call)
+        if self._timer is None:
+            self._arm(call.sent_at + self._command_timeout)
+        self._write(packed)
+        return call
+
+    def _write(self, packed: bytes) -> None:
+        batch = self._batch
+        if batch is None:
+            # The first command of a loop iteration goes out at once; those written after it
+            # in the same iteration go out together, one system call, on the next one.
+            assert self._transport is not None
+            self._transport.write(packed)
+            self._batch = []
+            self._loop.call_soon(self._flush)
+        else:
+            batch.append(packed)
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, None
+        if batch is None or self.closed:
+            return
+        if self._marked:
+            self._marks += 1
+            mark = b"\x00aiolock %d" % self._marks
+            packed = pack(("PING", mark))
+            self._pending.append(Call(_NO_FUTURE, self._loop.time(), packed, mark))
+            batch.append(packed)
+        if batch:
+            assert self._transport is not None
+            self._transport.write(b"".join(batch))
+
+    async def drain(self) -> None:
+        """Wait until the socket takes writes again (bounded: a stuck link is dropped)."""
+        if self.paused is not None:
+            await asyncio.shield(self.paused)
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream transport (uvloop's do not subclass asyncio.Transport)
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self._loop.time()
+        parser = self._parser
+        try:
+            parser.feed(data)
+            while (reply := parser.gets()) is not False:
+                self._deliver(reply)
+        except Exception as exc:  # a protocol error, a reply nobody asked for: drop the link
+            logger.warning("aiolock: dropping the connection to %s: %r", self.identity, exc)
+            self.close(exc)
+
+    def _deliver(self, reply: Any) -> None:
+        sink = self._sink
+        if sink is not None and type(reply) is list and len(reply) == 3:
+            if reply[0] in _MESSAGE_KINDS:
+                try:
+                    sink(reply[1], reply[2])
+                except Exception:
+                    logger.exception("aiolock: dispatching a pub/sub message failed")
+                return
+        call = self._pending.popleft()
+        mark = call.mark
+        if mark is not None:
+            if reply != mark:
+                raise OutOfStep(f"a marker got {reply!r}: a reply went missing")
+            held, self._held = self._held, []
+            for held_call, held_reply in held:
+                _hand_out(held_call, held_reply)
+            return
+        if type(reply) is ErrorReply and str(reply).startswith("NOSCRIPT"):
+            fallback = _eval_fallback(call.packed)
+            if fallback is not None:
+                # The script did not run (not in the server's cache): send it whole.
+                call.packed = fallback
+                call.sent_at = self._loop.time()
+                self._pending.append(call)
+                self._write(fallback)
+                return
+        if self._marked:
+            self._held.append((call, reply))  # dropping the link settles it as unknown
+            if type(reply) is bytes and reply.startswith(b"\x00aiolock "):
+                raise OutOfStep("a command got a marker's reply: a reply went missing")
+        else:
+            _hand_out(call, reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close(exc or ConnectionError("the server closed the connection"))
+
+    def pause_writing(self) -> None:
+        self.paused = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        paused, self.paused = self.paused, None
+        if paused is not None and not paused.done():
+            paused.set_result(None)
+
+    # -- health -------------------------------------------------------------------------------
+
+    def _arm(self, when: float) -> None:
+        self._timer = self._loop.call_at(when, self._check)
+
+    def _check(self) -> None:
+        """The health timer. It is always due within ``command_timeout`` while the link is
+        open, so a command sent meanwhile needs no timer of its own: on firing it re-arms
+        for the oldest command's deadline, or the next idle check."""
+        self._timer = None
+        if self.closed:
+            return
+        now = self._loop.time()
+        pending = self._pending
+        if pending:
+            due = pending[0].sent_at + self._command_timeout
+            if due <= now:
+                self.close(
+                    TimeoutError(f"no reply within {self._command_timeout:g} s (command_timeout)")
+                )
+                return
+            self._arm(due)
+        elif self._last_read + self._ping_interval <= now:
+            self.send(b"*1\r\n$4\r\nPING\r\n")  # its deadline drops a dead link
+        else:
+            self._arm(min(self._last_read + self._ping_interval, now + self._command_timeout))
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Drop the link now (unsent bytes are discarded); calls in flight settle with
+        :class:`OutcomeUnknown`. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.error = error or ConnectionError("closed by aiolock")
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._transport is not None:
+            self._transport.abort()
+        self.resume_writing()
+        pending, self._pending = self._pending, deque()
+        held, self._held = self._held, []
+        lost = OutcomeUnknown(f"reply lost: {self.error!r}", self.identity)
+        for call, _ in held:  # not proven in step: their replies cannot be trusted
+            call.settle(lost)
+        for call in pending:
+            if call.mark is None:
+                call.settle(lost)
+        if self._on_closed is not None:
+            self._on_closed(self, self.error)
+
+
+class OutOfStep(Exception):
+    """A reply came where another was due: the link is out of step and must be dropped."""
+
+
+#: the future of a marker PING (never awaited)
+class _NoFuture:
+    def done(self) -> bool:
+        return True
+
+
+_NO_FUTURE: Any = _NoFuture()
+
+
+def _hand_out(call: Call, reply: Any) -> None:
+    future = call.future
+    if not future.done():
+        future.set_result(reply)
+    else:
+        call.settle(reply)
+
+
+def _tolerable(reply: ErrorReply) -> bool:
+    """An error to CLIENT INFO that leaves the connection usable: the command is unknown
+    (Redis < 6.2) or not allowed to this user. Anything else (``max number of clients
+    reached``, ``NOAUTH``) means the connection is refused."""
+    text = str(reply).lower()
+    return reply.code == "NOPERM" or "unknown" in text
+
+
+def _identity(server: str, info: Any) -> LinkIdentity:
+    """Parse ``CLIENT INFO`` (``id=7 addr=127.0.0.1:5000 laddr=... name=...``)."""
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
+    client_id = int(fields["id"]) if fields.get("id", "").isdigit() else None
+    return LinkIdentity(server, client_id, fields.get("addr"))
