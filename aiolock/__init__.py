@@ -18,6 +18,7 @@ from .errors import OutcomeUnknownError as OutcomeUnknownError
 from .errors import RedisOperationError as RedisOperationError
 from .errors import RedisTimeoutError as RedisTimeoutError
 from .errors import RedisUnavailableError as RedisUnavailableError
+from .errors import ReplicationError as ReplicationError
 from .errors import SubscriptionError as SubscriptionError
 from .errors import WrongEventLoopError as WrongEventLoopError
 from .fair_lock import FairLock as FairLock
@@ -70,6 +71,7 @@ __all__ = [
     "RedisOperationError",
     "RedisTimeoutError",
     "RedisUnavailableError",
+    "ReplicationError",
     "Semaphore",
     "SemaphoreStatistics",
     "SubscriptionError",

@@ -50,17 +50,21 @@ from .errors import (
     RedisOperationError,
     RedisTimeoutError,
     RedisUnavailableError,
+    ReplicationError,
     SubscriptionError,
 )
 from .leases import Hold, HoldState, Leases, Owner, Renewal
 from .pubsub import Entry, PubSub
 from .transport import (
     Call,
+    Chain,
     ErrorReply,
     NotSent,
     OutcomeUnknown,
     SubscribeRefused,
     Transport,
+    first_reply,
+    is_readonly,
     pack,
 )
 
@@ -128,6 +132,9 @@ class Rule(ABC):
     #: a parked waiter's share of a wake-up: a message waking n wakes waiters in turn while
     #: their weights fit in n (a semaphore's waiter for k permits weighs k)
     weight: int = 1
+    #: whether a grant is written on the server (and so confirmed by ``replica_acks``);
+    #: False for a grant that only reads (a latch found open)
+    replicated: bool = True
 
     @abstractmethod
     def channel(self, owner: str) -> bytes:
@@ -220,6 +227,15 @@ async def read(rt: Runtime, key: str, *args: Any, what: str) -> Any:
         if attempt:
             raise RedisOperationError(f"{what} failed: {reply}")
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def with_acks(config: Config, packed: Command) -> Command:
+    """``packed`` followed by ``WAIT n timeout`` on the same connection when
+    ``config.replica_acks`` asks for replica acknowledgement (the reply is then a tuple)."""
+    if not config.replica_acks:
+        return packed
+    wait = pack(("WAIT", config.replica_acks, max(1, round(config.replica_ack_timeout * 1000))))
+    return Chain.of(packed, wait)
 
 
 def _past(deadline: float | None) -> bool:
@@ -568,7 +584,11 @@ async def _try(
     rt, rule = op.rt, op.rule
     owner = op.field
     before = op.hold.count if op.hold is not None else 0
+    acks_wanted = rt.config.replica_acks if rule.replicated else 0
     packed = rule.attempt(owner, lease_ms, wait_ms)
+    if acks_wanted:
+        packed = with_acks(rt.config, packed)
+    readonly: Any = None
     for _ in range(rt.config.retry_attempts + 1):
         call = rt.transport.send_now(packed, key=rule.key) or await op.send(packed, give_up_at)
         sent_at = call.sent_at
@@ -581,12 +601,23 @@ async def _try(
         )
         if reply is NOT_RUN:
             continue
+        acks: Any = None
+        if type(reply) is tuple:
+            reply, acks = reply
+        if is_readonly(reply):
+            # It ran into a replica (the master was demoted) and wrote nothing: the link is
+            # replaced, and the attempt sent again to wherever the master is now.
+            readonly = reply
+            continue
         if isinstance(reply, Attempt):  # settled
             result = reply
         elif isinstance(reply, ErrorReply):
             raise RedisOperationError(f"acquiring {rule.name!r} failed: {reply}")
         else:
             result = rule.parse(reply)
+        if result.granted and acks_wanted and not (isinstance(acks, int) and acks > 0):
+            await _roll_back(op, result, before, lease_ms)
+            raise _replication_error(rt, rule, acks)
         hold = op.hold
         if result.granted and hold is not None:
             if rt.leases.closed:
@@ -604,7 +635,54 @@ async def _try(
                 await _purge_in_turn(op, lease_ms)
                 return Attempt(False, 0)
         return result
+    if readonly is not None:
+        raise RedisUnavailableError(f"acquiring {rule.name!r}: no master answered ({readonly})")
     raise RedisUnavailableError(f"acquiring {rule.name!r}: sent again and again, never ran")
+
+
+def _replication_error(rt: Runtime, rule: Rule, acks: Any) -> ReplicationError:
+    wanted = rt.config.replica_acks
+    timeout = rt.config.replica_ack_timeout
+    if isinstance(acks, int):
+        why = f"no replica acknowledged it within {timeout:g} s (WAIT {wanted}: {acks})"
+    elif acks is None:
+        why = "its reply was lost, so whether a replica acknowledged it is unknown"
+    else:
+        why = f"WAIT failed: {acks}"
+    return ReplicationError(
+        f"acquiring {rule.name!r}: {why}; the grant was given back (replica_acks={wanted})",
+        acknowledged=acks if isinstance(acks, int) else None,
+        requested=wanted,
+    )
+
+
+async def _roll_back(op: _Op, grant: Attempt, before: int, lease_ms: int) -> None:
+    """Give back a grant that replicas did not acknowledge (not registered yet)."""
+    rt, rule, hold = op.rt, op.rule, op.hold
+    owner = op.field
+    if hold is None:
+        cmd = rule.undo(owner, grant)
+        if cmd is not None:
+            try:
+                reply = await command(rt, rule.key, cmd, None)
+            except NotSent:
+                reply = None
+            if isinstance(reply, OutcomeUnknown | ErrorReply | None):
+                logger.warning("aiolock: giving back an unacknowledged grant of %r", rule.name)
+        return
+    if not before:
+        await _purge_in_turn(op, lease_ms)  # nothing else of the owner's is there
+        return
+    # A reentrant count on top of a hold: take that one count back (the script compares).
+    try:
+        reply = await command(rt, rule.key, rule.release(owner, hold.lease_ms, before + 1), None)
+    except NotSent:
+        reply = None
+    if (
+        isinstance(reply, OutcomeUnknown | ErrorReply | None)
+        or rule.parse_release(first_reply(reply)) is not False
+    ):
+        rt.leases.lose(hold, "an unacknowledged reentrant grant could not be given back")
 
 
 async def _purge_in_turn(op: _Op, lease_ms: int) -> None:
@@ -643,6 +721,7 @@ async def _undo_attempt(
     the owner out of the server's waiting state, when it obtained nothing)."""
     rt, rule, hold = op.rt, op.rule, op.hold
     owner = op.field
+    value = first_reply(value)
     if isinstance(value, OutcomeUnknown):
         until = asyncio.get_running_loop().time() + lease_ms / 1000
         if not await _fence_until(rt, value, until):
@@ -819,7 +898,8 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
     before = hold.count
     if before == 1:
         rt.leases.releasing(hold)  # renewal stops now, whatever follows
-    packed = rule.release(owner, hold.lease_ms, before)
+    packed = with_acks(rt.config, rule.release(owner, hold.lease_ms, before))
+    readonly: Any = None
 
     def failed() -> None:
         """The release cannot be confirmed: the hold is lost (no count of it can be trusted,
@@ -838,6 +918,7 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
         sent_at = call.sent_at
 
         async def finish(value: Any, sent_at: float = sent_at) -> None:
+            value = first_reply(value)
             outcome = (
                 None
                 if isinstance(value, OutcomeUnknown | ErrorReply)
@@ -852,6 +933,20 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             call, deadline, finish, lambda: rule.settle_release(rt, owner, before)
         )
         if reply is NOT_RUN:
+            continue
+        if type(reply) is tuple:
+            reply, acks = reply
+            if not is_readonly(reply) and not (isinstance(acks, int) and acks > 0):
+                # Released on the master; a failover before it reached a replica would bring
+                # the hold back until its lease runs out (nobody renews it any more).
+                logger.warning(
+                    "aiolock: releasing %r: no replica acknowledged it (WAIT %d: %s)",
+                    rule.name,
+                    rt.config.replica_acks,
+                    acks,
+                )
+        if is_readonly(reply):
+            readonly = reply  # ran into a replica, wrote nothing: sent again to the master
             continue
         if reply is None or type(reply) is bool:  # settled
             outcome = reply
@@ -869,6 +964,8 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
         _released(op, outcome, sent_at)
         return
     failed()
+    if readonly is not None:
+        raise RedisUnavailableError(f"releasing {rule.name!r}: no master answered ({readonly})")
     raise RedisUnavailableError(f"releasing {rule.name!r}: sent again and again, never ran")
 
 

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from .acquire import Rule, Runtime
 from .config import Config
@@ -26,8 +27,10 @@ from .lock import Lock, unlock_at_exit
 from .pubsub import PubSub
 from .rwlock import ReadWriteLock
 from .semaphore import PermitExpirableSemaphore, Semaphore
+from .sentinel import is_sentinel_url, master_from_url
 from .tasks import current_task, current_task_id, new_id
 from .transport import ServerSettings, StandaloneTransport, Transport
+from .transport.resolve import SentinelAddress
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Rule")
@@ -71,6 +74,10 @@ class AioLock:
     one process never share holds. ``async with client:`` closes it; :meth:`aclose` may be
     called more than once. A Redis client passed in is not closed by :meth:`aclose`; one made
     by :func:`from_url` is.
+
+    A client of a Sentinel-managed master (``Sentinel(...).master_for(name)``) asks the
+    Sentinels where the master is at every connect, through redis-py, and follows it when
+    it moves (see the README's "Sentinel").
     """
 
     def __init__(self, redis: Redis, *, config: Config | None = None) -> None:
@@ -81,8 +88,13 @@ class AioLock:
         self.redis = redis
         self.config = config or Config()
         self.id = str(uuid.uuid4())
-        transport: Transport = StandaloneTransport(ServerSettings.from_redis(redis), self.config)
+        pool = redis.connection_pool
+        resolver = SentinelAddress(pool) if isinstance(pool, SentinelConnectionPool) else None
+        transport: Transport = StandaloneTransport(
+            ServerSettings.from_redis(redis), self.config, resolver=resolver
+        )
         self._owns_redis = False
+        self._owned_sentinel: Sentinel | None = None
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -220,6 +232,8 @@ class AioLock:
             await rt.leases.watchdog.wait_closed()
             if self._owns_redis:
                 await self.redis.aclose()
+            if self._owned_sentinel is not None:
+                await self._owned_sentinel.aclose()
 
     # -- what the lock types use ----------------------------------------------------------------
 
@@ -297,8 +311,20 @@ def from_url(
 
     Keyword arguments are :class:`Config` fields, e.g. ``from_url(url, watchdog_timeout=10)``;
     ``redis_options`` go to ``Redis.from_url`` (e.g. ``{"ssl_ca_certs": ...}``).
+
+    ``redis+sentinel://host:26379[,host:port...]/<service>[/<db>]`` makes a client of the
+    master the Sentinels monitor as ``<service>`` (``password@`` before the hosts is the
+    master's; the Sentinels' own credentials go in ``?sentinel_password=...``; see
+    :mod:`aiolock.sentinel`); ``redis_options`` then go to ``Sentinel.master_for``.
     """
     config = Config(**config_overrides)
-    client = AioLock(Redis.from_url(url, **(redis_options or {})), config=config)
+    if is_sentinel_url(url):
+        redis, sentinel = master_from_url(
+            url, timeout=config.command_timeout, redis_options=dict(redis_options or {})
+        )
+        client = AioLock(redis, config=config)
+        client._owned_sentinel = sentinel
+    else:
+        client = AioLock(Redis.from_url(url, **(redis_options or {})), config=config)
     client._owns_redis = True
     return client

@@ -31,6 +31,16 @@ class Config:
     ping_interval:
         A connection silent this long is sent a PING; one that does not answer within
         ``command_timeout`` is dropped and opened again.
+    replica_acks:
+        0 (default): no replica acknowledgement. n > 0: every acquire and release script is
+        followed, on the same connection, by ``WAIT n replica_ack_timeout`` (Redisson's
+        ``checkLockSyncedSlaves``). A grant that no replica acknowledged is given back and
+        :class:`~aiolock.ReplicationError` raised; at least one acknowledgement (even if
+        fewer than n) is accepted, as in Redisson. See the README, "Replica acknowledgement".
+    replica_ack_timeout:
+        How long ``WAIT`` waits for the replicas (seconds; Redisson's ``slavesSyncTimeout``,
+        1 s). Must be below ``command_timeout``: the WAIT's time counts in its command's.
+        Commands sent after it on the same connection wait behind it.
     """
 
     watchdog_timeout: float = 30.0
@@ -40,6 +50,8 @@ class Config:
     reconnect_delay: float = 0.05
     reconnect_max_delay: float = 2.0
     ping_interval: float = 5.0
+    replica_acks: int = 0
+    replica_ack_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         check_lease(self.watchdog_timeout, "watchdog_timeout")
@@ -55,6 +67,14 @@ class Config:
         _check_int(self.retry_attempts, "retry_attempts", minimum=0, maximum=100)
         if self.reconnect_max_delay < self.reconnect_delay:
             raise ValueError("reconnect_max_delay must be >= reconnect_delay")
+        _check_int(self.replica_acks, "replica_acks", minimum=0, maximum=100)
+        if check_seconds(self.replica_ack_timeout, "replica_ack_timeout", positive=True) < 0.001:
+            raise ValueError("replica_ack_timeout must be at least 0.001 s")
+        if self.replica_acks and self.replica_ack_timeout >= self.command_timeout:
+            raise ValueError(
+                "replica_ack_timeout must be below command_timeout (the WAIT is part of the "
+                f"command), got {self.replica_ack_timeout} >= {self.command_timeout}"
+            )
         if self.watchdog_timeout < 0.03:
             raise ValueError("watchdog_timeout must be at least 0.03 s (renewed every third)")
 

@@ -11,7 +11,9 @@
     │   ├── OutcomeUnknownError       a command's reply was lost and whether it ran could
     │   │                             not be settled in time; any hold it may have taken is
     │   │                             released in the background or expires unrenewed
-    │   └── SubscriptionError         the server refused a subscription (e.g. ACL -NOPERM)
+    │   ├── SubscriptionError         the server refused a subscription (e.g. ACL -NOPERM)
+    │   └── ReplicationError          no replica acknowledged a grant (``replica_acks``);
+    │                                 the grant was given back
     └── LockError                     about one lock
         ├── LockNotOwnedError         unlock by an owner that does not hold the lock (or
         │                             the release of a semaphore permit that is not held)
@@ -65,6 +67,18 @@ class OutcomeUnknownError(RedisOperationError):
 
 class SubscriptionError(RedisOperationError):
     """The server refused a pub/sub subscription (for example an ACL ``-NOPERM``)."""
+
+
+class ReplicationError(RedisOperationError):
+    """No replica acknowledged a grant within ``replica_ack_timeout`` (``Config.replica_acks``),
+    or whether one did could not be known (a lost reply): the grant was given back (or is
+    being, in the background) and nothing is held. ``acknowledged`` is the WAIT's reply
+    (None: unknown), ``requested`` the replicas it waited for."""
+
+    def __init__(self, message: str, *, acknowledged: int | None, requested: int) -> None:
+        super().__init__(message)
+        self.acknowledged = acknowledged
+        self.requested = requested
 
 
 class LockError(AioLockError):

@@ -33,7 +33,7 @@ from .acquire import NOT_RUN, Command, Runtime, wait_shielded
 from .errors import OutcomeUnknownError, RedisOperationError, RedisUnavailableError
 from .keys import requests_key
 from .tasks import new_id
-from .transport import ErrorReply, NotSent, OutcomeUnknown
+from .transport import ErrorReply, NotSent, OutcomeUnknown, is_readonly
 
 if TYPE_CHECKING:
     from .client import AioLock
@@ -161,6 +161,8 @@ async def mutate(rt: Runtime, key: str, cmd: Command, settle: Settle, *, what: s
         raise
     if isinstance(reply, OutcomeUnknown):
         return await _finish(rt, _run(rt, key, cmd, settle, what, _ready(reply), call.sent_at))
+    if is_readonly(reply):  # ran into a replica (a demoted master), wrote nothing: again
+        return await _finish(rt, _run(rt, key, cmd, settle, what, None, 0.0))
     return _checked(reply, what)
 
 
@@ -226,6 +228,9 @@ async def _run(
                 continue
             sent_at = call.sent_at
             reply = await call.future
+        if is_readonly(reply) and attempt <= rt.config.retry_attempts:
+            reply = None  # ran into a replica, wrote nothing: sent again, to the master
+            continue
         if not isinstance(reply, OutcomeUnknown):
             return _checked(reply, what)
         limit = loop.time() + rt.config.command_timeout

@@ -18,11 +18,14 @@ from .base import Transport as Transport
 from .base import TransportStatistics as TransportStatistics
 from .base import wait_call as wait_call
 from .link import Call as Call
+from .link import Chain as Chain
 from .link import ErrorReply as ErrorReply
 from .link import Link as Link
 from .link import LinkIdentity as LinkIdentity
 from .link import NotSent as NotSent
 from .link import OutcomeUnknown as OutcomeUnknown
+from .link import first_reply as first_reply
+from .link import is_readonly as is_readonly
 from .link import pack as pack
 from .link import register_script as register_script
 from .settings import ServerSettings as ServerSettings

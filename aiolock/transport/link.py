@@ -19,6 +19,14 @@ drops the link (every call in flight and held: :class:`OutcomeUnknown`, settled 
 
 A caller that stops waiting (cancelled, or past its own deadline) calls :meth:`Call.abandon`:
 its reply, whenever it comes, goes to a handler instead (e.g. to undo a lock it took).
+
+Several commands that must go out together on one connection, in order (a script and the
+``WAIT`` that follows it), are written as one :class:`Chain`: one Call, settled with the
+tuple of their replies once the last one arrived (never a list: that is an array reply).
+
+A command answered ``-READONLY`` ran into a replica (a master demoted by a failover): the
+link takes no more commands (``readonly``; its owner opens another, to wherever the master
+is now) and closes itself once the replies in flight have come back.
 """
 
 from __future__ import annotations
@@ -81,11 +89,40 @@ class _Arrived:
         self.value = value
 
 
+class Chain(bytes):
+    """Encoded commands written together, in order, whose replies settle one :class:`Call`
+    as a tuple (e.g. a script and ``WAIT``). Make it with ``Chain.of(cmd1, cmd2, ...)``."""
+
+    replies: int
+
+    @classmethod
+    def of(cls, *commands: bytes) -> Chain:
+        return cls.joined(b"".join(commands), len(commands))
+
+    @classmethod
+    def joined(cls, data: bytes, replies: int) -> Chain:
+        chain = cls(data)
+        chain.replies = replies
+        return chain
+
+
+def first_reply(reply: Any) -> Any:
+    """The reply of a single command, or of the first command of a :class:`Chain`."""
+    return reply[0] if type(reply) is tuple else reply
+
+
+def is_readonly(reply: Any) -> bool:
+    """Whether ``reply`` (or a Chain's first reply) is ``-READONLY``: the command ran into a
+    replica and wrote nothing (it may be sent again, to the master)."""
+    reply = first_reply(reply)
+    return type(reply) is ErrorReply and str(reply).startswith("READONLY")
+
+
 class Call:
     """One command in flight; ``future`` gets its reply: a value, an :class:`ErrorReply`, or
     an :class:`OutcomeUnknown` (given as results, never raised into the future)."""
 
-    __slots__ = ("_late", "future", "mark", "packed", "sent_at")
+    __slots__ = ("_late", "future", "mark", "packed", "parts", "sent_at")
 
     def __init__(
         self, future: asyncio.Future[Any], sent_at: float, packed: bytes, mark: bytes | None = None
@@ -96,6 +133,8 @@ class Call:
         self.packed = packed
         #: for a marker PING (see Link), the reply it must get
         self.mark = mark
+        #: for a :class:`Chain`, the replies arrived so far
+        self.parts: list[Any] | None = [] if type(packed) is Chain else None
         self._late: _Arrived | Callable[[Any], None] | None = None
 
     def settle(self, value: object) -> None:
@@ -162,8 +201,13 @@ class Link(asyncio.Protocol):
         ping_interval: float,
         sink: Sink | None = None,
         on_closed: Callable[[Link, BaseException], None] | None = None,
+        master_only: bool = False,
     ) -> None:
         self.settings = settings
+        #: whether the handshake checks that the server is a master (``ROLE``)
+        self.master_only = master_only
+        #: set once a command was answered READONLY (see the module docstring)
+        self.readonly = False
         self._command_timeout = command_timeout
         self._ping_interval = ping_interval
         self._sink = sink
@@ -258,6 +302,8 @@ class Link(asyncio.Protocol):
             commands.append(("SELECT", settings.db))
         if settings.client_name:
             commands.append(("CLIENT", "SETNAME", settings.client_name))
+        if self.master_only:
+            commands.append(("ROLE",))
         commands.append(("CLIENT", "INFO"))
         calls = [self.send(pack(command)) for command in commands]
         for command, call in zip(commands, calls, strict=True):
@@ -270,8 +316,17 @@ class Link(asyncio.Protocol):
             if isinstance(reply, ErrorReply):
                 if command[:2] == ("CLIENT", "INFO") and _tolerable(reply):
                     break  # an old server or a restricted user: no identity, no fencing
+                if command == ("ROLE",) and _tolerable(reply):
+                    continue  # a restricted user: READONLY replies still tell a replica
                 what = "AUTH (authentication)" if command[0] == "AUTH" else " ".join(command[:2])
                 raise NotSent(f"Redis at {settings.address} refused {what}: {reply}")
+            if command == ("ROLE",):
+                role = reply[0] if isinstance(reply, list) and reply else reply
+                if role != b"master":
+                    raise NotSent(
+                        f"Redis at {settings.address} is not a master (ROLE: {role!r}); "
+                        "a failover is under way"
+                    )
             if command[:2] == ("CLIENT", "INFO"):
                 self.identity = _identity(settings.address, reply)
 
@@ -337,6 +392,9 @@ class Link(asyncio.Protocol):
         except Exception as exc:  # a protocol error, a reply nobody asked for: drop the link
             logger.warning("aiolock: dropping the connection to %s: %r", self.identity, exc)
             self.close(exc)
+            return
+        if self.readonly and not self._pending:
+            self.close(ConnectionError(f"{self.identity.server} is a replica now (READONLY)"))
 
     def _deliver(self, reply: Any) -> None:
         sink = self._sink
@@ -348,6 +406,14 @@ class Link(asyncio.Protocol):
                     logger.exception("aiolock: dispatching a pub/sub message failed")
                 return
         call = self._pending.popleft()
+        parts = call.parts
+        if parts is not None:
+            parts.append(reply)
+            if len(parts) < cast(Chain, call.packed).replies:
+                self._pending.appendleft(call)  # more replies of its chain to come
+                return
+            call.parts = []
+            reply = tuple(parts)
         mark = call.mark
         if mark is not None:
             if reply != mark:
@@ -356,15 +422,20 @@ class Link(asyncio.Protocol):
             for held_call, held_reply in held:
                 _hand_out(held_call, held_reply)
             return
-        if type(reply) is ErrorReply and str(reply).startswith("NOSCRIPT"):
+        first = reply[0] if parts is not None else reply
+        if type(first) is ErrorReply and str(first).startswith("NOSCRIPT"):
             fallback = _eval_fallback(call.packed)
             if fallback is not None:
+                if parts is not None:
+                    fallback = Chain.joined(fallback, len(reply))
                 # The script did not run (not in the server's cache): send it whole.
                 call.packed = fallback
                 call.sent_at = self._loop.time()
                 self._pending.append(call)
                 self._write(fallback)
                 return
+        if type(first) is ErrorReply and str(first).startswith("READONLY"):
+            self.readonly = True  # a replica now: no more commands here
         if self._marked:
             self._held.append((call, reply))  # dropping the link settles it as unknown
             if type(reply) is bytes and reply.startswith(b"\x00aiolock "):

@@ -1,8 +1,16 @@
-"""The transport of one Redis server: one pipelined command link and one pub/sub link."""
+"""The transport of one Redis server: one pipelined command link and one pub/sub link.
+
+Where that server is, is asked of a :class:`~.resolve.Resolver` at every connect: a fixed
+address, or the master the Sentinels name now. When the master moves (a link answered
+READONLY, the Sentinels name another server, or a new link reached another server), the
+command link is replaced and the pub/sub link dropped, so both follow the master (the
+subscriber subscribes every channel again and wakes every waiter to re-check).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -10,6 +18,7 @@ from ..config import Config
 from .base import Transport, TransportStatistics, wait_call
 from .connector import Connector
 from .link import Call, Link, LinkIdentity, NotSent, OutcomeUnknown, pack
+from .resolve import FixedAddress, Resolver
 from .settings import ServerSettings
 from .subscriber import Listener, Subscriber
 
@@ -22,11 +31,17 @@ _FENCES_KEPT = 64
 class StandaloneTransport(Transport):
     """Every command of a client on one pipelined link; every channel on one pub/sub link."""
 
-    def __init__(self, settings: ServerSettings, config: Config) -> None:
+    def __init__(
+        self, settings: ServerSettings, config: Config, *, resolver: Resolver | None = None
+    ) -> None:
         self.settings = settings
         self.config = config
+        self.resolver = resolver or FixedAddress(settings)
         self._link: Link | None = None
-        what = f"Redis at {settings.address}"
+        #: the server the command link was last opened to (to see the master move)
+        self._server: str | None = None
+        self._watch: asyncio.Task[None] | None = None
+        what = self.resolver.what
         if settings.ssl_context is not None:
             what += " (TLS: if that server does not speak TLS, use a redis:// URL)"
         self._connector = Connector(self._open_link, self._adopt, config, what=what)
@@ -37,43 +52,85 @@ class StandaloneTransport(Transport):
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<StandaloneTransport {self.settings.address}>"
+        return f"<StandaloneTransport {self.resolver.what}>"
+
+    async def _settings_now(self) -> ServerSettings:
+        deadline = asyncio.get_running_loop().time() + self.config.command_timeout
+        return await self.resolver.resolve(self.settings, deadline)
 
     async def _open_link(self) -> Link:
         config = self.config
         return await Link.open(
-            self.settings,
+            await self._settings_now(),
             command_timeout=config.command_timeout,
             ping_interval=config.ping_interval,
+            master_only=self.resolver.moves,
         )
 
     def _adopt(self, link: Link) -> None:
         self._link = link
+        server = link.identity.server
+        moved = self._server is not None and self._server != server
+        self._server = server
+        if moved:
+            logger.warning("aiolock: the master is now %s", server)
+            self._subscriber.drop(f"the master moved to {server}", unless_at=server)
+        if self.resolver.moves and self._watch is None and not self._closed:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_master())
 
     async def _open_subscriber_link(
         self, sink: Callable[[bytes, bytes], None], on_closed: Callable[[Link, BaseException], None]
     ) -> Link:
         config = self.config
         return await Link.open(
-            self.settings,
+            await self._settings_now(),
             command_timeout=config.command_timeout,
             ping_interval=config.ping_interval,
             sink=sink,
             on_closed=on_closed,
+            master_only=self.resolver.moves,
         )
+
+    async def _watch_master(self) -> None:
+        """Every ``ping_interval``, ask where the master is; if it is not where the links
+        are (a paused master came back after a failover, before the Sentinels demoted it),
+        replace them."""
+        while not self._closed:
+            await asyncio.sleep(self.config.ping_interval)
+            try:
+                now = (await self._settings_now()).address
+            except NotSent as exc:
+                logger.debug("aiolock: asking where the master is: %s", exc)
+                continue
+            except Exception:  # never expected; this task must not die silently
+                logger.exception("aiolock: asking where the master is failed")
+                continue
+            link = self._link
+            if link is not None and not link.closed and link.identity.server != now:
+                logger.warning(
+                    "aiolock: the master is now %s; leaving %s", now, link.identity.server
+                )
+                link.readonly = True  # no more commands: the next send connects to the master
+                if not link.in_flight:
+                    link.close(ConnectionError(f"the master moved to {now}"))
+                self._subscriber.drop(f"the master moved to {now}", unless_at=now)
 
     def send_now(self, packed: bytes, *, key: str | None) -> Call | None:
         link = self._link
-        if link is None or link.closed or link.paused is not None:
+        if link is None or link.closed or link.readonly or link.paused is not None:
             return None
         return link.send(packed)
 
-    async def send(self, packed: bytes, *, key: str | None, deadline: float | None = None) -> Call:
+    async def _current(self, deadline: float | None) -> Link:
         link = self._link
-        if link is None or link.closed:
+        if link is None or link.closed or link.readonly:
             if deadline is None:
                 deadline = asyncio.get_running_loop().time() + self.config.command_timeout
             link = await self._connector.connect(deadline)
+        return link
+
+    async def send(self, packed: bytes, *, key: str | None, deadline: float | None = None) -> Call:
+        link = await self._current(deadline)
         if link.paused is not None:
             await link.drain()  # before writing: a caller cancelled here sent nothing
         return link.send(packed)
@@ -90,9 +147,16 @@ class StandaloneTransport(Transport):
         if deadline is None:
             deadline = asyncio.get_running_loop().time() + self.config.command_timeout
         try:
-            reply = await wait_call(
-                await self.send(pack(command), key=None, deadline=deadline), deadline
-            )
+            link = await self._current(deadline)
+            if self.resolver.moves and link.identity.server != identity.server:
+                # The dropped link went to a server that is no longer the master (the link
+                # to the master goes elsewhere now): whatever it still runs there is
+                # discarded when that server becomes a replica of the master, and never
+                # reaches the master. What the master has is what counts.
+                return self._fenced_now(identity)
+            if link.paused is not None:
+                await link.drain()
+            reply = await wait_call(link.send(pack(command)), deadline)
         except (NotSent, TimeoutError):
             return False
         if isinstance(reply, OutcomeUnknown):
@@ -107,6 +171,9 @@ class StandaloneTransport(Transport):
                     reply,
                 )
             return False
+        return self._fenced_now(identity)
+
+    def _fenced_now(self, identity: LinkIdentity) -> bool:
         self._fences += 1
         self._fenced[identity] = None
         while len(self._fenced) > _FENCES_KEPT:
@@ -137,6 +204,10 @@ class StandaloneTransport(Transport):
 
     async def aclose(self) -> None:
         self._closed = True
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
         await self._connector.aclose()
         await self._subscriber.aclose()
         link, self._link = self._link, None

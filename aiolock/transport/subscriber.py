@@ -143,6 +143,13 @@ class Subscriber:
         for channel, entry in list(self._channels.items()):
             self._send(link, channel, entry)
 
+    def drop(self, why: str, *, unless_at: str | None = None) -> None:
+        """Drop the connection unless it goes to the server ``unless_at`` (the master moved):
+        listeners are told, and every channel is subscribed again on a new connection."""
+        link = self._link
+        if link is not None and not link.closed and link.identity.server != unless_at:
+            link.close(ConnectionError(why))
+
     def _dispatch(self, channel: bytes, data: bytes) -> None:
         entry = self._channels.get(channel)
         if entry is not None:
