@@ -60,12 +60,30 @@ class StandaloneTransport(Transport):
 
     async def _open_link(self) -> Link:
         config = self.config
-        return await Link.open(
-            await self._settings_now(),
+        settings = await self._settings_now()
+        link = await Link.open(
+            settings,
             command_timeout=config.command_timeout,
             ping_interval=config.ping_interval,
             master_only=self.resolver.moves,
         )
+        return await self._still_master(link)
+
+    async def _still_master(self, link: Link) -> Link:
+        """``link`` if its server is still the one to talk to once it is open: a connect
+        that hung on a frozen master can complete when it thaws, after a failover, while
+        it still says it is a master (until the Sentinels demote it)."""
+        if not self.resolver.moves:
+            return link
+        try:
+            now = (await self._settings_now()).address
+        except BaseException:
+            link.close(NotSent("no master to check against"))
+            raise
+        if now != link.identity.server:
+            link.close(NotSent(f"the master moved to {now}"))
+            raise NotSent(f"the master moved to {now} while connecting to {link.identity.server}")
+        return link
 
     def _adopt(self, link: Link) -> None:
         self._link = link
@@ -82,7 +100,7 @@ class StandaloneTransport(Transport):
         self, sink: Callable[[bytes, bytes], None], on_closed: Callable[[Link, BaseException], None]
     ) -> Link:
         config = self.config
-        return await Link.open(
+        link = await Link.open(
             await self._settings_now(),
             command_timeout=config.command_timeout,
             ping_interval=config.ping_interval,
@@ -90,13 +108,14 @@ class StandaloneTransport(Transport):
             on_closed=on_closed,
             master_only=self.resolver.moves,
         )
+        return await self._still_master(link)
 
     async def _watch_master(self) -> None:
-        """Every ``ping_interval``, ask where the master is; if it is not where the links
-        are (a paused master came back after a failover, before the Sentinels demoted it),
-        replace them."""
+        """Every second (or ``ping_interval`` if shorter), ask where the master is; if it is
+        not where the links are (a frozen master thawed after a failover, before the
+        Sentinels demoted it), replace them."""
         while not self._closed:
-            await asyncio.sleep(self.config.ping_interval)
+            await asyncio.sleep(min(self.config.ping_interval, 1.0))
             try:
                 now = (await self._settings_now()).address
             except NotSent as exc:

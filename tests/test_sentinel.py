@@ -1,0 +1,387 @@
+"""aiolock on a Sentinel-managed master: every lock type, redis+sentinel:// URLs, and real
+failovers while locks are held and waited on.
+
+One LocalSentinel (master, replica, 3 Sentinels; ``down_after`` 2 s) serves the module;
+every test starts from ``heal()``. Faults are real: ``SENTINEL FAILOVER`` (the old master
+is demoted with REPLICAOF, so links to it get READONLY), kill -9 and SIGSTOP of the master,
+SIGSTOP of the replica to keep writes from reaching it, CLIENT KILL of every connection.
+Bounds are generous (a loaded 2-core machine) and conditions are polled, never slept for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+
+import aiolock
+from aiolock.leases import HoldState
+from aiolock.sentinel import master_from_url
+from aiolock.testing import LocalSentinel, RedisServer, find_redis_server_binary
+from tests.test_lock_family import EXCLUSIVE
+
+pytestmark = pytest.mark.skipif(
+    find_redis_server_binary() is None, reason="needs a redis-server binary"
+)
+
+#: a client's settings here: renewals every second, a dead link noticed within 2 s
+CONFIG: dict[str, Any] = {"command_timeout": 2.0, "watchdog_timeout": 3.0, "ping_interval": 1.0}
+#: what a failover may take here, at worst (down_after 2 s + election, on a loaded machine)
+FAILOVER_BOUND = 40.0
+
+
+@pytest.fixture(scope="module")
+def shared_setup() -> Iterator[LocalSentinel]:
+    with LocalSentinel() as setup:
+        yield setup
+
+
+@pytest.fixture
+def setup(shared_setup: LocalSentinel) -> LocalSentinel:
+    shared_setup.heal()
+    with redis.Redis(*shared_setup.master_address(), socket_timeout=10) as master:
+        master.flushall()
+        master.execute_command("WAIT", 1, 5000)
+    return shared_setup
+
+
+@pytest.fixture
+async def make_client(
+    setup: LocalSentinel,
+) -> AsyncIterator[Callable[..., aiolock.AioLock]]:
+    """Clients of the Sentinel-managed master (redis-py's Sentinel, master_for)."""
+    made: list[tuple[aiolock.AioLock, redis.asyncio.sentinel.Sentinel]] = []
+
+    def make(**config: Any) -> aiolock.AioLock:
+        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            setup.sentinel_addresses, socket_timeout=1.0
+        )
+        client = aiolock.AioLock(
+            sentinel.master_for(setup.master_name), config=aiolock.Config(**{**CONFIG, **config})
+        )
+        made.append((client, sentinel))
+        return client
+
+    yield make
+    for client, sentinel in made:
+        await client.aclose()
+        await client.redis.aclose()
+        await sentinel.aclose()
+
+
+def master_redis(setup: LocalSentinel) -> redis.Redis:
+    return redis.Redis(*setup.master_address(), socket_timeout=10)
+
+
+async def eventually(check: Callable[[], Awaitable[bool] | bool], within: float, what: str) -> None:
+    """Poll ``check`` until it is true (fails after ``within`` seconds)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + within
+    while True:
+        result = check()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if loop.time() > until:
+            raise AssertionError(f"not within {within} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+# -- every type, through Sentinel ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(EXCLUSIVE))
+async def test_every_exclusive_type_works_through_sentinel(
+    make_client: Callable[..., aiolock.AioLock], kind: str
+) -> None:
+    one, two = make_client(), make_client()
+    first, second = EXCLUSIVE[kind](one, "s:excl"), EXCLUSIVE[kind](two, "s:excl")
+    assert await first.try_lock()
+    assert not await second.try_lock(0.05)
+
+    async def waiter() -> bool:
+        if not await second.try_lock(20):
+            return False
+        await second.unlock()
+        return True
+
+    waiting = asyncio.create_task(waiter())
+    await eventually(lambda: two.statistics().tasks_waiting == 1, 20, "the waiter parks")
+    await first.unlock()
+    assert await asyncio.wait_for(waiting, 30)
+    assert not await first.is_locked()
+
+
+async def test_shared_types_work_through_sentinel(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    client = make_client()
+    rw = client.read_write_lock("s:rw")
+    async with rw.read_lock(), rw.read_lock():
+        assert not await make_client().read_write_lock("s:rw").write_lock().try_lock(0)
+    semaphore = client.semaphore("s:sem")
+    assert await semaphore.try_set_permits(2)
+    assert await semaphore.try_acquire(2, 1)
+    assert not await semaphore.try_acquire(1, 0.05)
+    await semaphore.release(2)
+    latch = client.countdown_latch("s:latch")
+    assert await latch.try_set_count(1)
+    waiting = asyncio.create_task(make_client().countdown_latch("s:latch").wait(20))
+    await asyncio.sleep(0.1)
+    await latch.count_down()
+    assert await asyncio.wait_for(waiting, 30)
+
+
+async def test_from_url_makes_a_sentinel_client(setup: LocalSentinel) -> None:
+    hosts = ",".join(f"{host}:{port}" for host, port in setup.sentinel_addresses)
+    async with aiolock.from_url(
+        f"redis+sentinel://{hosts}/{setup.master_name}/2", **CONFIG
+    ) as client:
+        async with client.lock("s:url"):
+            with master_redis(setup) as master:
+                master.select(2)
+                assert master.exists("s:url")
+    assert client.closed
+
+
+def test_sentinel_url_parsing() -> None:
+    redis_client, sentinel = master_from_url(
+        "redis+sentinel://u:p%40ss@127.0.0.1,[::1]:26380/svc/3?sentinel_password=sp", timeout=1
+    )
+    assert [s.connection_pool.connection_kwargs["port"] for s in sentinel.sentinels] == [
+        26379,
+        26380,
+    ]
+    assert sentinel.sentinels[0].connection_pool.connection_kwargs["password"] == "sp"
+    kwargs = redis_client.connection_pool.connection_kwargs
+    assert (kwargs["db"], kwargs["username"], kwargs["password"]) == (3, "u", "p@ss")
+    for bad in (
+        "redis+sentinel://127.0.0.1:26379/",
+        "redis+sentinel://127.0.0.1:x/svc",
+        "redis+sentinel://127.0.0.1/svc/notadb",
+        "redis+sentinel://127.0.0.1/svc?nope=1",
+        "redis://127.0.0.1/svc",
+    ):
+        with pytest.raises(ValueError):
+            master_from_url(bad, timeout=1)
+
+
+async def test_a_replica_client_is_refused(setup: LocalSentinel) -> None:
+    sentinel = redis.asyncio.sentinel.Sentinel(setup.sentinel_addresses)  # type: ignore[no-untyped-call]
+    replica = sentinel.slave_for(setup.master_name)
+    with pytest.raises(TypeError, match="master_for"):
+        aiolock.AioLock(replica)
+    await replica.aclose()
+    await sentinel.aclose()
+
+
+# -- failovers -------------------------------------------------------------------------------
+
+
+async def test_a_failover_with_50_waiters(
+    setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """SENTINEL FAILOVER while one task holds a lock and 50 wait for it: the old master is
+    demoted (its links answer READONLY, the pub/sub link moves), the hold survives (it was
+    replicated), and every waiter gets the lock in turn, one at a time, on the new master."""
+    holder_client, waiter_client = make_client(), make_client()
+    lock = holder_client.lock("s:fo")
+    await lock.lock()
+    inside = 0
+    served = 0
+
+    async def waiter() -> None:
+        nonlocal inside, served
+        mine = waiter_client.lock("s:fo")
+        assert await mine.try_lock(FAILOVER_BOUND + 60)
+        inside += 1
+        assert inside == 1
+        await asyncio.sleep(0)
+        inside -= 1
+        served += 1
+        await mine.unlock()
+
+    waiters = [asyncio.create_task(waiter()) for _ in range(50)]
+    await eventually(lambda: waiter_client.statistics().tasks_waiting >= 1, 30, "waiters park")
+    old = setup.master()
+    new = await asyncio.to_thread(setup.failover)
+    assert new is not old
+    # The hold was replicated: it is still this task's, on the new master, and renewed there.
+    assert await lock.is_held_by_current_task()
+    await lock.unlock()
+    async with asyncio.timeout(FAILOVER_BOUND + 60):
+        await asyncio.gather(*waiters)
+    assert served == 50
+    assert holder_client.statistics().holds["lost"] == 0
+    async with holder_client.fair_lock("s:fo:after"):
+        with master_redis(setup) as master:
+            assert master.exists("s:fo:after")
+
+
+def _keep_writes_from_the_replica(setup: LocalSentinel) -> tuple[RedisServer, RedisServer]:
+    """SIGSTOP the replica and cut its replication link: writes from now on reach the master
+    only (the replica cannot reconnect while it is stopped)."""
+    master = setup.master()
+    (replica,) = setup.replicas()
+    replica.pause()
+    with master_redis(setup) as client:
+        client.execute_command("CLIENT", "KILL", "TYPE", "replica")
+    return master, replica
+
+
+async def test_master_killed_holders_told_waiters_bounded(
+    setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """kill -9 of the master with holds that never reached the replica, which is then
+    promoted: every holder is told its hold is lost (the watchdog finds it gone on the new
+    master), no waiter waits past its wait_time (+ command_timeout), and new acquires
+    work on the promoted replica."""
+    holders_client, waiters_client = make_client(), make_client()
+    master, replica = _keep_writes_from_the_replica(setup)
+    lost: list[str] = []
+    release = asyncio.Event()
+
+    async def holder(i: int) -> None:
+        lock = holders_client.lock(f"s:kill:{i}")
+        await lock.lock()
+        lock.on_lost(lambda error: lost.append(error.name))
+        await release.wait()
+        with contextlib.suppress(aiolock.LockNotOwnedError):
+            await lock.unlock()
+
+    holders = [asyncio.create_task(holder(i)) for i in range(10)]
+    await eventually(
+        lambda: holders_client.statistics().holds["held"] == 10, 20, "every holder holds"
+    )
+    wait_time = 25.0
+    loop = asyncio.get_running_loop()
+
+    async def waiter(i: int) -> float:
+        started = loop.time()
+        lock = waiters_client.lock(f"s:kill:{i % 10}")
+        try:
+            if await lock.try_lock(wait_time):
+                await lock.unlock()
+        except aiolock.RedisOperationError:
+            pass  # allowed: told at once that Redis failed; a hang is what is not
+        return loop.time() - started
+
+    waiters = [asyncio.create_task(waiter(i)) for i in range(30)]
+    await eventually(lambda: waiters_client.statistics().tasks_waiting >= 10, 20, "waiters park")
+    master.kill()
+    replica.resume()
+    new = await asyncio.to_thread(setup.wait_for_new_master, master, timeout=FAILOVER_BOUND)
+    assert new is replica
+    # The holds were never replicated: each holder is told (renewal finds them gone).
+    await eventually(lambda: len(lost) == 10, 30, f"every holder told (told: {sorted(lost)})")
+    spent = await asyncio.gather(*waiters)
+    assert max(spent) <= wait_time + CONFIG["command_timeout"] + 5
+    release.set()
+    await asyncio.gather(*holders)
+    async with make_client().lock("s:kill:0"):
+        with redis.Redis(*new.address) as client:
+            assert client.exists("s:kill:0")
+
+
+async def test_a_paused_master_comes_back_as_a_replica(
+    setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """SIGSTOP of the master (holds not replicated): the Sentinels fail over while it is
+    frozen; it comes back still saying it is a master, holding the holds, until the
+    Sentinels demote it. Its holders learn their holds are gone, the clients' links move to
+    the new master, and a waiter gets the lock there."""
+    client, other = make_client(), make_client()
+    master, replica = _keep_writes_from_the_replica(setup)
+    lock = client.lock("s:pause")
+    await lock.lock()
+    lost = asyncio.Event()
+    lock.on_lost(lambda _: lost.set())
+    got = asyncio.Event()
+    done = asyncio.Event()
+
+    async def waiter() -> bool:
+        mine = other.lock("s:pause")
+        if not await mine.try_lock(60):
+            return False
+        got.set()
+        await done.wait()
+        await mine.unlock()
+        return True
+
+    waiting = asyncio.create_task(waiter())
+    await eventually(lambda: other.statistics().tasks_waiting == 1, 20, "the waiter parks")
+    master.pause()
+    replica.resume()
+    try:
+        new = await asyncio.to_thread(
+            setup.wait_for_new_master, master, demote_old_master=False, timeout=FAILOVER_BOUND
+        )
+    finally:
+        master.resume()  # a master again, with the stale hold, until the Sentinels see it
+    assert new is replica
+    async with asyncio.timeout(30):
+        await lost.wait()
+    async with asyncio.timeout(60):
+        await got.wait()
+    # Links that lived through the freeze may reach the thawed old master, which says it is
+    # a master until the Sentinels demote it (at most ~1 s for aiolock to notice): a hold
+    # taken there does not survive, and its holder is told. Either way, nothing hangs.
+    direct = redis.Redis(*new.address)
+
+    def settled() -> bool:
+        (hold,) = other.holds_of("s:pause")
+        return hold.state is HoldState.LOST or bool(direct.exists("s:pause"))
+
+    await eventually(settled, 30, "the waiter's hold is on the new master, or reported lost")
+    direct.close()
+    done.set()
+    with contextlib.suppress(aiolock.LockNotOwnedError):
+        await asyncio.wait_for(waiting, 30)
+    with pytest.raises(aiolock.LockNotOwnedError):
+        await lock.unlock()
+    async with make_client().lock(
+        "s:pause",
+    ) as fresh:
+        assert await fresh.is_locked()
+        with redis.Redis(*setup.master_address()) as now:
+            assert now.exists("s:pause")
+
+
+async def test_client_kill_of_every_connection(
+    setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """CLIENT KILL of every normal and pub/sub connection on the master while a lock is held
+    and waited on: the holder keeps its hold, the waiter re-checks and gets it on release."""
+    client, other = make_client(), make_client()
+    lock = client.lock("s:ck")
+    await lock.lock()
+    got = asyncio.Event()
+
+    async def waiter() -> bool:
+        mine = other.lock("s:ck")
+        if not await mine.try_lock(30):
+            return False
+        got.set()
+        assert await mine.is_held_by_current_task()
+        await mine.unlock()
+        return True
+
+    waiting = asyncio.create_task(waiter())
+    await eventually(lambda: other.statistics().tasks_waiting == 1, 20, "the waiter parks")
+    with master_redis(setup) as master:
+        master.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        master.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    await eventually(
+        lambda: other.statistics().pubsub_connections_opened >= 2, 20, "pub/sub reconnects"
+    )
+    assert await lock.is_held_by_current_task()
+    await lock.unlock()
+    assert await asyncio.wait_for(waiting, 40)
+    assert other.statistics().holds["lost"] == 0
