@@ -385,3 +385,25 @@ async def test_client_kill_of_every_connection(
     await lock.unlock()
     assert await asyncio.wait_for(waiting, 40)
     assert other.statistics().holds["lost"] == 0
+
+
+async def test_replica_acks_through_sentinel(
+    setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """replica_acks on a Sentinel-managed master: acknowledged with the replica running; with
+    it frozen, the acquire fails with ReplicationError and nothing is held."""
+    client = make_client(replica_acks=1, replica_ack_timeout=0.5)
+    async with client.fenced_lock("s:acks"):
+        with redis.Redis(*setup.replica_addresses()[0]) as replica:
+            assert replica.exists("s:acks")
+    (replica_server,) = setup.replicas()
+    replica_server.pause()
+    try:
+        with pytest.raises(aiolock.ReplicationError):
+            await client.lock("s:acks").try_lock(1)
+        with master_redis(setup) as master:
+            assert not master.exists("s:acks")
+    finally:
+        replica_server.resume()
+    async with client.lock("s:acks"):
+        pass
