@@ -224,3 +224,38 @@ def test_config_checks() -> None:
     with pytest.raises(TypeError):
         aiolock.Config(replica_acks=1.5)  # type: ignore[arg-type]
     assert aiolock.Config(replica_acks=2).replica_ack_timeout == 1.0
+
+
+async def test_20_concurrent_acquires_with_a_frozen_replica(
+    make_client: Callable[..., aiolock.AioLock], servers: tuple[RedisServer, RedisServer]
+) -> None:
+    """WAIT blocks the client's one command link on the server, so concurrent acquires queue
+    behind each other's WAIT: with a frozen replica each fails (ReplicationError, or a
+    timeout settled in the background), in bounded time, and nothing stays held."""
+    master, replica = servers
+    client = make_client()
+    replica.pause()
+    try:
+
+        async def one(i: int) -> str:
+            lock = client.lock(f"acks:many:{i}")
+            try:
+                if await lock.try_lock(1):
+                    await lock.unlock()
+                    return "acquired"
+                return "not acquired"
+            except aiolock.RedisOperationError as exc:
+                return type(exc).__name__
+
+        async with asyncio.timeout(60):
+            outcomes = await asyncio.gather(*(one(i) for i in range(20)))
+        assert "acquired" not in outcomes, outcomes
+        for _ in range(600):  # settled in the background: poll, at most ~30 s
+            if not _keys(master):
+                break
+            await asyncio.sleep(0.05)
+        assert _keys(master) == []
+    finally:
+        replica.resume()
+    async with client.lock("acks:many:0"):
+        pass
