@@ -132,7 +132,7 @@ class StandaloneTransport(Transport):
                 link.readonly = True  # no more commands: the next send connects to the master
                 if not link.in_flight:
                     link.close(ConnectionError(f"the master moved to {now}"))
-                self._subscriber.drop(f"the master moved to {now}", unless_at=now)
+            self._subscriber.drop(f"the master moved to {now}", unless_at=now)
 
     def send_now(self, packed: bytes, *, key: str | None) -> Call | None:
         link = self._link
