@@ -200,7 +200,8 @@ _SLACK = 0.02
 
 async def command(rt: Runtime, key: str, cmd: Command, deadline: float | None) -> Any:
     """Send ``cmd`` and return its reply (an ErrorReply or OutcomeUnknown is returned, not
-    raised); NotSent after ``retry_attempts`` failed connects is raised."""
+    raised); NotSent after ``retry_attempts`` failed connects is raised. A READONLY reply
+    (a demoted master: nothing was written) is sent again, to the master, as often."""
     for attempt in range(rt.config.retry_attempts + 1):
         try:
             call = await rt.transport.send(cmd, key=key, deadline=deadline)
@@ -208,7 +209,10 @@ async def command(rt: Runtime, key: str, cmd: Command, deadline: float | None) -
             if attempt == rt.config.retry_attempts or _past(deadline):
                 raise
             continue
-        return await call.future
+        reply = await call.future
+        if is_readonly(reply) and attempt < rt.config.retry_attempts and not _past(deadline):
+            continue
+        return reply
     raise AssertionError("unreachable")  # pragma: no cover
 
 
