@@ -69,6 +69,8 @@ def lock_wakes(data: bytes) -> int:
 class LockRule(Rule):
     """The reentrant lock: a hash at ``name`` (owner id -> hold count, TTL = lease)."""
 
+    kind = "lock"
+
     __slots__ = ("_channel", "_channel_key", "key", "name", "renewal")
 
     def __init__(self, name: str) -> None:

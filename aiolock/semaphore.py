@@ -101,6 +101,8 @@ class SemaphoreRule(_GrantRule):
     the acquisition's request id: the script records a grant under it, which is how a lost
     reply is settled."""
 
+    kind = "semaphore"
+
     __slots__ = (
         "_channel",
         "_channel_key",
@@ -388,6 +390,8 @@ class PermitRule(Rule):
     """A permit of the permit-expirable semaphore ``name``. The owner the loop passes is the
     permit's own: its id is the permit id (32 hex digits), so each permit is one hold, keyed
     (name, permit id) in the lease registry and renewed by its id."""
+
+    kind = "permit_expirable_semaphore"
 
     __slots__ = ("_channel", "_channel_key", "_timeouts", "key", "name", "renewal")
 
