@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from redis.asyncio import Redis
 
@@ -193,6 +193,12 @@ class AioLock:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    def __enter__(self) -> NoReturn:
+        raise TypeError("use 'async with' with an aiolock client, not 'with'")
+
+    def __exit__(self, *args: object) -> None:  # pragma: no cover - __enter__ always raises
+        pass
 
     async def aclose(self) -> None:
         """Close the client within ``config.cleanup_timeout``.

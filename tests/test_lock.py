@@ -272,6 +272,9 @@ async def test_with_instead_of_async_with_says_so(offline: aiolock.AioLock) -> N
     with pytest.raises(TypeError, match="async with"):
         with offline.lock("x"):
             pass
+    with pytest.raises(TypeError, match="async with"):
+        with offline:
+            pass
 
 
 async def test_bad_client_arguments() -> None:
