@@ -108,6 +108,8 @@ class Metrics:
         self._sources: dict[int, _Source] = {}
         #: reconnects of transports no longer watched (closed or gone)
         self._retired = 0
+        #: how many sources trigger a sweep of the gone ones
+        self._sweep_at = 64
         self._lock = threading.Lock()
         self._failures = 0
         #: the counters' counts: counter -> (lock type, lock name or None) -> count
@@ -234,6 +236,9 @@ class Metrics:
         """Count ``transport``'s pub/sub reconnects until :meth:`unwatch` (or until it is
         garbage collected)."""
         with self._lock:
+            if id(transport) in self._sources or len(self._sources) >= self._sweep_at:
+                self._sweep()  # transports gone without closing (one whose id is reused)
+                self._sweep_at = max(64, 2 * len(self._sources))
             self._sources[id(transport)] = _Source(transport)
 
     def unwatch(self, transport: _Counted) -> None:
@@ -243,16 +248,18 @@ class Metrics:
             if source is not None:
                 self._retired += source.read()
 
+    def _sweep(self) -> None:
+        """Retire the sources whose transport is gone (what they had stays counted)."""
+        for key, source in list(self._sources.items()):
+            if source.ref() is None:
+                del self._sources[key]
+                self._retired += source.seen
+
     def _observe_reconnects(self, options: CallbackOptions) -> Iterable[Observation]:
         assert otel is not None
         with self._lock:
-            total = self._retired
-            for key, source in list(self._sources.items()):
-                seen = source.read()
-                if source.ref() is None:  # gone without closing: keep what it had
-                    del self._sources[key]
-                    self._retired += seen
-                total += seen
+            self._sweep()
+            total = self._retired + sum(source.read() for source in self._sources.values())
         return [otel.Observation(total)]
 
 

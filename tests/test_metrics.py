@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 import logging
 import random
 import subprocess
@@ -351,6 +352,16 @@ async def test_reconnects_of_a_closed_client_stay_counted(
     finally:
         await client.aclose()
     assert Read(reader).total("aiolock.pubsub.reconnects") == reconnects
+
+
+async def test_clients_dropped_without_closing_are_not_kept(metrics: aiolock.Metrics) -> None:
+    """The reconnect counter watches clients by weak reference: clients dropped without
+    aclose() (made per request, say) are let go of, not gathered for ever."""
+    for _ in range(300):
+        aiolock.AioLock(redis.asyncio.Redis(), metrics=metrics)  # never used, never closed
+    gc.collect()
+    aiolock.AioLock(redis.asyncio.Redis(), metrics=metrics)
+    assert len(metrics._sources) <= 130
 
 
 # -- attributes: no lock name unless asked ------------------------------------------------------
