@@ -56,8 +56,9 @@ def test_runtime_dependencies_are_only_what_the_library_needs() -> None:
     assert sorted(project["dependencies"]) == ["anyio>=4", "redis[hiredis]>=8"]
     extras = project["optional-dependencies"]
     assert extras["demo"] == ["rich>=13"]
+    assert extras["otel"] == ["opentelemetry-api>=1.27"]  # the API only: the app picks the SDK
     assert any(req.startswith("uvicorn") for req in extras["examples"])
-    for extra in ("test", "lint", "docs", "postgres", "bench", "examples"):
+    for extra in ("test", "lint", "docs", "postgres", "bench", "examples", "otel"):
         assert extra in extras
     assert extras["dev"] == [f"{DISTRIBUTION}[test,lint]"]
 
@@ -158,6 +159,7 @@ def test_wheel_contents(tmp_path: Path) -> None:
     requires = meta.get_all("Requires-Dist") or []
     assert sorted(r for r in requires if "extra ==" not in r) == ["anyio>=4", "redis[hiredis]>=8"]
     assert "rich>=13; extra == 'demo'" in requires
+    assert "opentelemetry-api>=1.27; extra == 'otel'" in requires
     assert "Typing :: Typed" in (meta.get_all("Classifier") or [])
     assert any(url.startswith("Repository, ") for url in meta.get_all("Project-URL") or [])
 
