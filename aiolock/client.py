@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from .acquire import Rule, Runtime
 from .config import Config
+from .contexts import async_only
 from .errors import ClientClosedError, LockTimeout, WrongEventLoopError
 from .fair_lock import FairLock
 from .fenced_lock import FencedLock
@@ -141,7 +142,7 @@ class AioLock:
         """The countdown latch called ``name`` (Redisson's RCountDownLatch layout)."""
         return CountDownLatch(self, check_name(name))
 
-    @asynccontextmanager
+    @async_only
     async def alock(
         self, name: str, *, wait_time: float | None = None, lease_time: float | None = None
     ) -> AsyncIterator[Lock]:

@@ -25,13 +25,13 @@ import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import acquire, scripts
 from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule, Runtime
+from .contexts import async_only
 from .errors import (
     AioLockError,
     ClientClosedError,
@@ -593,7 +593,7 @@ class PermitExpirableSemaphore:
         )
         return bool(reply == 1)
 
-    @asynccontextmanager
+    @async_only
     async def permit(
         self,
         lease_time: float | None = None,
@@ -612,7 +612,7 @@ class PermitExpirableSemaphore:
         else:
             await self._release_at_exit(permit, None)
 
-    @asynccontextmanager
+    @async_only
     async def guard(
         self,
         lease_time: float | None = None,
