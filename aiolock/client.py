@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from redis.asyncio import Redis
 
 from .acquire import Rule, Runtime
 from .config import Config
+from .contexts import async_only
 from .errors import ClientClosedError, LockTimeout, WrongEventLoopError
 from .fair_lock import FairLock
 from .fenced_lock import FencedLock
@@ -23,6 +24,7 @@ from .keys import check_name, check_seconds
 from .latch import CountDownLatch
 from .leases import Hold, Leases, Owner
 from .lock import Lock, unlock_at_exit
+from .metrics import Metrics, resolve
 from .pubsub import PubSub
 from .rwlock import ReadWriteLock
 from .semaphore import PermitExpirableSemaphore, Semaphore
@@ -50,6 +52,8 @@ class ClientStatistics:
     #: command links and pub/sub connections opened so far (1 + reconnects each)
     links_opened: int
     pubsub_connections_opened: int
+    #: pub/sub connections opened again after one was lost
+    pubsub_reconnects: int
     #: dropped links fenced before their lost replies were settled
     fences: int
     #: holds the watchdog renews, and renewal script calls made so far
@@ -71,9 +75,15 @@ class AioLock:
     one process never share holds. ``async with client:`` closes it; :meth:`aclose` may be
     called more than once. A Redis client passed in is not closed by :meth:`aclose`; one made
     by :func:`from_url` is.
+
+    ``metrics``: True (the default) records metrics through OpenTelemetry's global meter
+    provider if opentelemetry-api is installed (the ``otel`` extra), else nothing; False
+    records nothing; an :class:`~aiolock.Metrics` records there (see ``aiolock.metrics``).
     """
 
-    def __init__(self, redis: Redis, *, config: Config | None = None) -> None:
+    def __init__(
+        self, redis: Redis, *, config: Config | None = None, metrics: Metrics | bool = True
+    ) -> None:
         if not isinstance(redis, Redis):
             raise TypeError(f"expected a redis.asyncio.Redis, got {type(redis).__name__}")
         if config is not None and not isinstance(config, Config):
@@ -87,9 +97,12 @@ class AioLock:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._rules: dict[tuple[Callable[[str], Rule], str], Rule] = {}
+        self.metrics = resolve(metrics)
         pubsub = PubSub(transport)
-        leases = Leases(self.id, transport, self.config, self._spawn)
-        self._runtime = Runtime(transport, pubsub, leases, self.config, self._spawn)
+        leases = Leases(self.id, transport, self.config, self._spawn, self.metrics)
+        self._runtime = Runtime(transport, pubsub, leases, self.config, self._spawn, self.metrics)
+        if self.metrics is not None:
+            self.metrics.watch(transport)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -129,7 +142,7 @@ class AioLock:
         """The countdown latch called ``name`` (Redisson's RCountDownLatch layout)."""
         return CountDownLatch(self, check_name(name))
 
-    @asynccontextmanager
+    @async_only
     async def alock(
         self, name: str, *, wait_time: float | None = None, lease_time: float | None = None
     ) -> AsyncIterator[Lock]:
@@ -182,6 +195,12 @@ class AioLock:
     ) -> None:
         await self.aclose()
 
+    def __enter__(self) -> NoReturn:
+        raise TypeError("use 'async with' with an aiolock client, not 'with'")
+
+    def __exit__(self, *args: object) -> None:  # pragma: no cover - __enter__ always raises
+        pass
+
     async def aclose(self) -> None:
         """Close the client within ``config.cleanup_timeout``.
 
@@ -217,6 +236,8 @@ class AioLock:
                 await asyncio.wait(self._background, timeout=0.1)
         finally:
             await rt.transport.aclose()
+            if self.metrics is not None:
+                self.metrics.unwatch(rt.transport)
             await rt.leases.watchdog.wait_closed()
             if self._owns_redis:
                 await self.redis.aclose()
@@ -270,6 +291,7 @@ class AioLock:
             tasks_waiting=rt.pubsub.parked,
             links_opened=transport.links_opened,
             pubsub_connections_opened=transport.pubsub_connections_opened,
+            pubsub_reconnects=transport.pubsub_reconnects,
             fences=transport.fences,
             renewals=rt.leases.watchdog.renewing,
             renewal_calls=rt.leases.watchdog.calls,
@@ -291,14 +313,20 @@ async def _releasing(lock: Lock) -> AsyncIterator[None]:
 
 
 def from_url(
-    url: str, *, redis_options: Mapping[str, Any] | None = None, **config_overrides: Any
+    url: str,
+    *,
+    redis_options: Mapping[str, Any] | None = None,
+    metrics: Metrics | bool = True,
+    **config_overrides: Any,
 ) -> AioLock:
     """A client on a new ``redis.asyncio.Redis`` for ``url``, closed with the client.
 
     Keyword arguments are :class:`Config` fields, e.g. ``from_url(url, watchdog_timeout=10)``;
-    ``redis_options`` go to ``Redis.from_url`` (e.g. ``{"ssl_ca_certs": ...}``).
+    ``redis_options`` go to ``Redis.from_url`` (e.g. ``{"ssl_ca_certs": ...}``); ``metrics``
+    as for :class:`AioLock`.
     """
     config = Config(**config_overrides)
-    client = AioLock(Redis.from_url(url, **(redis_options or {})), config=config)
+    redis = Redis.from_url(url, **(redis_options or {}))
+    client = AioLock(redis, config=config, metrics=metrics)
     client._owns_redis = True
     return client

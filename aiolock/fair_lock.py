@@ -53,6 +53,8 @@ Clock = Callable[[], float]
 class FairRule(LockRule):
     """The fair lock: the lock hash plus Redisson's queue and deadlines (same hash slot)."""
 
+    kind = "fair_lock"
+
     __slots__ = ("_allowances", "_queue_key", "_timeout_key", "allowance_ms", "clock")
 
     def __init__(

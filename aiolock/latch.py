@@ -57,6 +57,8 @@ def latch_wakes(data: bytes) -> int:
 class LatchRule(_GrantRule):
     """Waiting for the latch ``name`` to open: the attempt reads the count."""
 
+    kind = "countdown_latch"
+
     __slots__ = ("_channel", "_channel_key", "_get", "key", "name")
 
     def __init__(self, name: str) -> None:

@@ -6,13 +6,13 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import acquire, scripts
 from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule, Runtime
+from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
 from .keys import (
     UNLOCK_MESSAGE,
@@ -68,6 +68,8 @@ def lock_wakes(data: bytes) -> int:
 
 class LockRule(Rule):
     """The reentrant lock: a hash at ``name`` (owner id -> hold count, TTL = lease)."""
+
+    kind = "lock"
 
     __slots__ = ("_channel", "_channel_key", "key", "name", "renewal")
 
@@ -269,7 +271,7 @@ class Lock:
         """
         return self._client.runtime().leases.on_lost(self._held(owner), callback)
 
-    @asynccontextmanager
+    @async_only
     async def guard(
         self, lease_time: float | None = None, *, owner: Owner | None = None
     ) -> AsyncIterator[Lock]:

@@ -61,7 +61,6 @@ import math
 import random
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, Protocol
@@ -69,6 +68,7 @@ from typing import Any, NoReturn, Protocol
 import anyio
 
 from .client import AioLock
+from .contexts import async_only
 from .errors import (
     AioLockError,
     LockLostError,
@@ -587,7 +587,7 @@ class MultiLock:
             removers.append(member.lock.on_lost(member_lost, owner=who))
         return remove
 
-    @asynccontextmanager
+    @async_only
     async def guard(
         self, lease_time: float | None = None, *, owner: Owner | None = None
     ) -> AsyncIterator[MultiLock]:

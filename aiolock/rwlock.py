@@ -58,6 +58,8 @@ class _RWRule(LockRule):
 class ReadRule(_RWRule):
     """The read side: a count per reader in the hash, plus a timeout key per hold."""
 
+    kind = "read_lock"
+
     __slots__ = ("_key_prefix",)
 
     #: a reader never queues behind this client's waiting tasks without trying: they may be
@@ -107,6 +109,8 @@ class WriteRule(_RWRule):
     """The write side. The owner ids it is given are writers, ``<owner>:write`` (see
     :func:`writer_of`), or a plain owner id that replaced one after a request that could not
     be fenced: the hash field is always the id with ``:write`` (Redisson's writer field)."""
+
+    kind = "write_lock"
 
     __slots__ = ()
 
