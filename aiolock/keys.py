@@ -177,6 +177,9 @@ LATCH_CHANNEL_PREFIX = "redisson_countdownlatch__channel__"
 #: the pub/sub publish command passed to scripts (Redisson passes it as an argument too, so
 #: that the same script text serves classic and sharded pub/sub)
 PUBLISH = "PUBLISH"
+#: the publish command of a script that must publish classically even where pub/sub is
+#: sharded (a cluster transport turns PUBLISH arguments into SPUBLISH, not this spelling)
+CLASSIC_PUBLISH = "publish"
 #: the score Redisson gives a permit-expirable semaphore's permit taken without a lease
 NON_EXPIRABLE_SCORE = 922337203685477
 #: the most permits one call may ask for or add (Java's int, as Redisson)

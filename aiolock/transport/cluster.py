@@ -42,7 +42,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import MovedError
 
 from ..config import Config
-from ..keys import key_slot
+from ..keys import LATCH_CHANNEL_PREFIX, key_slot
 from .base import Transport, TransportStatistics, wait_call
 from .connector import Connector
 from .link import Call, ErrorReply, Link, LinkIdentity, NotSent, OutcomeUnknown, pack
@@ -91,7 +91,22 @@ class _Node:
             )
 
         self.connector = Connector(open_link, self._adopt, config, what=what)
-        self.subscriber = Subscriber(open_subscriber_link, config, what=what)
+        self.subscriber = Subscriber(
+            open_subscriber_link, config, what=what, sharded=transport.sharded
+        )
+        #: with sharded pub/sub, the classic subscriber of channels that scripts cannot
+        #: SPUBLISH to (a latch channel outside its count's slot; see aiolock.latch)
+        self.classic = (
+            Subscriber(open_subscriber_link, config, what=what) if transport.sharded else None
+        )
+
+    def subscribers(self) -> list[Subscriber]:
+        return [self.subscriber] if self.classic is None else [self.subscriber, self.classic]
+
+    def subscriber_for(self, channel: bytes) -> Subscriber:
+        if self.classic is not None and _classic_only(channel):
+            return self.classic
+        return self.subscriber
 
     def _adopt(self, link: Link) -> None:
         self.link = link
@@ -104,7 +119,8 @@ class _Node:
 
     async def aclose(self) -> None:
         await self.connector.aclose()
-        await self.subscriber.aclose()
+        for subscriber in self.subscribers():
+            await subscriber.aclose()
         link, self.link = self.link, None
         if link is not None:
             link.close(NotSent("the client is closed"))
@@ -151,8 +167,8 @@ class ClusterTransport(Transport):
         self._fences = 0
         self._redirects = 0
         self._closed = False
-        self._opened_before = 0
-        self._pubsub_opened_before = 0
+        #: whether pub/sub is sharded (SSUBSCRIBE/SPUBLISH); known once the map is loaded
+        self.sharded = bool(config.sharded_pubsub)
 
     def __repr__(self) -> str:
         return f"<ClusterTransport {len(self._nodes)} nodes>"
@@ -180,9 +196,33 @@ class ClusterTransport(Transport):
     async def _initialize(self) -> None:
         try:
             await self.cluster.initialize()
+            if self.config.sharded_pubsub is None:
+                self.sharded = await self._probe_sharded()
             self._ready = True
         finally:
             self._starting = None
+
+    async def _probe_sharded(self) -> bool:
+        """Redisson's probe: sharded pub/sub if ``PUBSUB SHARDNUMSUB 0`` is understood."""
+        masters = [nodes[0] for nodes in self.cluster.nodes_manager.slots_cache.values() if nodes]
+        if not masters:
+            raise NotSent("the Redis Cluster serves no slot")
+        settings = ServerSettings.from_kwargs(
+            masters[0].connection_class, masters[0].connection_kwargs
+        )
+        link = await Link.open(
+            settings,
+            command_timeout=self.config.command_timeout,
+            ping_interval=self.config.ping_interval,
+        )
+        try:
+            deadline = asyncio.get_running_loop().time() + self.config.command_timeout
+            reply = await wait_call(link.send(pack(("PUBSUB", "SHARDNUMSUB", "0"))), deadline)
+        finally:
+            link.close()
+        if isinstance(reply, OutcomeUnknown):
+            raise NotSent(f"probing sharded pub/sub: {reply}")
+        return isinstance(reply, list)
 
     def refresh(self) -> asyncio.Task[None]:
         """Reload the slot map in the background (one reload at a time, at most one per
@@ -261,6 +301,8 @@ class ClusterTransport(Transport):
         link = node.ready_link()
         if link is None:
             return None
+        if self.sharded:
+            packed = to_sharded(packed)
         return self._follow(link.send(packed), packed, key)
 
     async def send(self, packed: bytes, *, key: str | None, deadline: float | None = None) -> Call:
@@ -268,6 +310,8 @@ class ClusterTransport(Transport):
         if deadline is None:
             deadline = loop.time() + self.config.command_timeout
         link = await self._link_for(key, deadline)
+        if self.sharded:
+            packed = to_sharded(packed)
         return self._follow(link.send(packed), packed, key)
 
     async def _link_for(self, key: str | None, deadline: float) -> Link:
@@ -294,9 +338,14 @@ class ClusterTransport(Transport):
             except NotSent:
                 if self._closed or loop.time() >= deadline:
                     raise
-                await asyncio.shield(self.refresh())  # failed over? (a reload at a time)
+                # Failed over? Reload the map (one reload at a time), and while it still
+                # names this node, try again after a backoff within the caller's time.
+                await asyncio.shield(self.refresh())
                 if self._node_for(key) is node:
-                    raise
+                    delay = min(self.config.reconnect_max_delay, deadline - loop.time())
+                    if delay <= 0:
+                        raise
+                    await asyncio.sleep(min(delay, max(self.config.reconnect_delay, 0.1)))
 
     def _follow(self, first: Call, packed: bytes, key: str | None) -> Call:
         """A call that settles with the reply of ``first`` or, when that is a redirect, of
@@ -413,15 +462,15 @@ class ClusterTransport(Transport):
             raise NotSent("the Redis Cluster's slot map is not loaded yet")
         routed = self._routed.get(channel)
         if routed is not None:
-            routed.node.subscriber.unsubscribe(channel)
+            routed.node.subscriber_for(channel).unsubscribe(channel)
         routed = self._routed[channel] = _Routed(channel, key, listener, node)
         routed.reroute = self._reroute
-        return node.subscriber.subscribe(channel, routed)
+        return node.subscriber_for(channel).subscribe(channel, routed)
 
     def unsubscribe(self, channel: bytes, *, key: str) -> None:
         routed = self._routed.pop(channel, None)
         if routed is not None:
-            routed.node.subscriber.unsubscribe(channel)
+            routed.node.subscriber_for(channel).unsubscribe(channel)
 
     def _reroute(self) -> None:
         if self._rerouting is None and not self._closed:
@@ -440,7 +489,7 @@ class ClusterTransport(Transport):
                     node = self._node_for(routed.key)
                     if node is None or node is routed.node:
                         continue
-                    routed.node.subscriber.unsubscribe(channel)
+                    routed.node.subscriber_for(channel).unsubscribe(channel)
                     routed.node = node
                     confirmed = node.subscriber.subscribe(channel, routed)
                     confirmed.add_done_callback(_moved(routed))
@@ -464,9 +513,9 @@ class ClusterTransport(Transport):
             if link is not None and not link.closed:
                 links += 1
                 in_flight += link.in_flight
-            channels += node.subscriber.channels
+            channels += sum(subscriber.channels for subscriber in node.subscribers())
             opened += node.connector.opened
-            pubsub_opened += node.subscriber.connections_opened
+            pubsub_opened += sum(s.connections_opened for s in node.subscribers())
         return TransportStatistics(
             links=links,
             commands_in_flight=in_flight,
@@ -495,6 +544,50 @@ class ClusterTransport(Transport):
         for node in list(self._nodes.values()):
             await node.aclose()
         self._routed.clear()
+
+
+_LATCH_PREFIX = LATCH_CHANNEL_PREFIX.encode()
+_PUBLISH = b"$7\r\nPUBLISH\r\n"
+_SPUBLISH = b"$8\r\nSPUBLISH\r\n"
+_SCRIPT_RUNS = frozenset({b"EVALSHA", b"EVAL", b"evalsha", b"eval"})
+
+
+def _classic_only(channel: bytes) -> bool:
+    """A latch channel outside its count's slot: published with classic PUBLISH (see
+    aiolock.latch), so listened to with classic SUBSCRIBE."""
+    if not channel.startswith(_LATCH_PREFIX):
+        return False
+    name = channel[len(_LATCH_PREFIX) + 1 : -1]
+    return key_slot(name) != key_slot(channel)
+
+
+def to_sharded(packed: bytes) -> bytes:
+    """A script run (EVALSHA/EVAL) with every ``PUBLISH`` argument (ARGV, never a key)
+    made ``SPUBLISH``: scripts take the publish command as an argument, as Redisson's do."""
+    if _PUBLISH not in packed:
+        return packed
+    pos = packed.index(b"\r\n") + 2
+    count = int(packed[1 : pos - 2])
+    items: list[tuple[int, int, int]] = []  # (header start, value start, value end)
+    for _ in range(count):
+        end = packed.index(b"\r\n", pos)
+        start = end + 2
+        stop = start + int(packed[pos + 1 : end])
+        items.append((pos, start, stop))
+        pos = stop + 2
+    if count < 3 or packed[items[0][1] : items[0][2]] not in _SCRIPT_RUNS:
+        return packed
+    numkeys = int(packed[items[2][1] : items[2][2]])
+    parts: list[bytes] = []
+    last = 0
+    for header, start, stop in items[3 + numkeys :]:
+        if packed[start:stop] == b"PUBLISH":
+            parts += (packed[last:header], _SPUBLISH)
+            last = stop + 2
+    if not parts:
+        return packed
+    parts.append(packed[last:])
+    return b"".join(parts)
 
 
 def _moved(routed: _Routed) -> Callable[[asyncio.Future[None]], None]:
