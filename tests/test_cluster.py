@@ -232,9 +232,13 @@ async def test_kill_9_of_a_master_while_locks_are_held_and_waited_on(
     holder, waiter = clients(command_timeout=5), clients(command_timeout=5)
     held = [holder.lock(name) for name in names]
     lost: dict[str, aiolock.LockLostError] = {}
+
+    def record(name: str) -> Callable[[aiolock.LockLostError], None]:
+        return lambda error: lost.__setitem__(name, error)
+
     for lock in held:
         await lock.lock()
-        lock.on_lost(lambda error, name=lock.name: lost.setdefault(name, error))
+        lock.on_lost(record(lock.name))
     # the replica has them before the kill (or not: then their holders must be told)
     await asyncio.sleep(0.2)
     waits = [asyncio.create_task(take(waiter, name)) for name in names]
@@ -360,3 +364,41 @@ async def test_a_paused_master_is_failed_over_and_waiters_carry_on(
         assert await take(waiter, name)
     async with holder.lock(names[0] + ":after"):
         pass
+
+
+async def test_a_failover_that_loses_the_locks_tells_every_holder(
+    healthy_cluster: LocalCluster, clients: Callable[..., aiolock.AioLock]
+) -> None:
+    """The writes of the holds never reach the replica (wiped there, as if replication
+    lagged), then the master is killed: the promoted replica has no locks, the watchdog finds
+    them gone and every holder is told; waiters get the locks."""
+    cluster = healthy_cluster
+    victim = cluster.masters()[2]
+    names = names_on(cluster, victim, 4, "unreplicated")
+    holder, waiter = clients(command_timeout=5, watchdog_timeout=3), clients(command_timeout=5)
+    held = [holder.lock(name) for name in names]
+    lost: dict[str, aiolock.LockLostError] = {}
+
+    def record(name: str) -> Callable[[aiolock.LockLostError], None]:
+        return lambda error: lost.__setitem__(name, error)
+
+    for lock in held:
+        await lock.lock()
+        lock.on_lost(record(lock.name))
+    waits = [asyncio.create_task(take(waiter, name)) for name in names]
+    await eventually(lambda: waiter.statistics().tasks_waiting == len(names))
+    (replica,) = cluster.replicas(of=victim)
+    replica.execute("CONFIG", "SET", "replica-read-only", "no")
+    try:
+        replica.execute("FLUSHALL")
+    finally:
+        replica.execute("CONFIG", "SET", "replica-read-only", "yes")
+    cluster.kill(victim)
+    promoted = await asyncio.to_thread(cluster.wait_for_failover_of, victim)
+    assert promoted is replica
+    await eventually(lambda: len(lost) == len(names))
+    async with asyncio.timeout(HANG_GUARD):
+        assert await asyncio.gather(*waits) == [True] * len(names)
+    for lock in held:
+        with pytest.raises(aiolock.LockLostError):
+            await lock.unlock()
