@@ -21,6 +21,9 @@ import aiolock
 from aiolock.testing import LocalCluster, LocalClusterNode
 from aiolock.transport.cluster import ClusterTransport, to_sharded
 from aiolock.transport.link import pack
+from tests.peers import Peers
+from tests.test_redisson_interop import Peer as SyncPeerProcess
+from tests.test_redisson_interop import run_peer as run_sync_peer
 
 HANG_GUARD = 60  # seconds; only there so that a bug fails instead of hanging
 
@@ -402,3 +405,102 @@ async def test_a_failover_that_loses_the_locks_tells_every_holder(
     for lock in held:
         with pytest.raises(aiolock.LockLostError):
             await lock.unlock()
+
+
+# -- interop with Redisson's scripts and its sharded channels ----------------------------------
+
+
+@pytest.fixture
+async def java_peers(cluster_url: str) -> AsyncIterator[Peers]:
+    """Redisson-script peers (tests/redisson_peer.py) on the cluster; they choose sharded
+    pub/sub as Redisson does (Redis 7)."""
+    group = Peers(cluster_url)
+    try:
+        yield group
+    finally:
+        await group.aclose()
+
+
+@pytest.fixture
+async def sync_peers() -> AsyncIterator[list[SyncPeerProcess]]:
+    started: list[SyncPeerProcess] = []
+    yield started
+    for peer in started:
+        await peer.stop()
+
+
+async def test_redisson_locks_and_aiolock_wake_each_other_on_sharded_channels(
+    clients: Callable[..., aiolock.AioLock],
+    rc: redis.asyncio.RedisCluster,
+    java_peers: Peers,
+) -> None:
+    """Leases of 60 s and waits of 30 s: a waiter woken in time was woken by a message
+    (SPUBLISH heard by SSUBSCRIBE), not by a lease running out."""
+    client = clients()
+    java = await java_peers.start("redisson")
+    # a fair lock: aiolock's release wakes Redisson's waiter
+    fair = client.fair_lock("interop-fair")
+    assert await fair.try_lock(lease_time=60)
+    await java.send("t1", "fair-lock", "interop-fair", 30_000, 60_000)
+    queue = "redisson_lock_queue:{interop-fair}"
+
+    async def in_line() -> bool:
+        return bool(await rc.llen(queue) == 1)
+
+    await eventually(in_line)
+    await fair.unlock()
+    await java_peers.expect(java, "t1", "acquired", within=30)
+    # Redisson's release wakes aiolock's waiter
+    owner = client.new_owner()
+    waiting = asyncio.create_task(fair.try_lock(wait_time=30, lease_time=60, owner=owner))
+    await eventually(lambda: client.statistics().tasks_waiting == 1)
+    await java.send("t1", "fair-unlock", "interop-fair")
+    await java_peers.expect(java, "t1", "unlocked")
+    assert await waiting
+    await fair.unlock(owner=owner)
+    # a write lock both ways
+    write = client.read_write_lock("interop-rw").write_lock()
+    assert await write.try_lock(lease_time=60)
+    await java.send("t2", "write-lock", "interop-rw", 30_000, 60_000)
+    await asyncio.sleep(0.3)  # the peer subscribes (nothing to poll: it only waits)
+    await write.unlock()
+    await java_peers.expect(java, "t2", "acquired", within=30)
+    waiting = asyncio.create_task(write.try_lock(wait_time=30, lease_time=60, owner=owner))
+    await eventually(lambda: client.statistics().tasks_waiting == 1)
+    await java.send("t2", "write-unlock", "interop-rw")
+    await java_peers.expect(java, "t2", "unlocked")
+    assert await waiting
+    await write.unlock(owner=owner)
+
+
+async def test_redisson_semaphores_and_latches_wake_aiolock_and_back_on_a_cluster(
+    clients: Callable[..., aiolock.AioLock],
+    cluster_url: str,
+    sync_peers: list[SyncPeerProcess],
+) -> None:
+    client = clients()
+    semaphore = client.semaphore("interop-sem")
+    assert await semaphore.try_set_permits(1)
+    await semaphore.acquire()
+    peer = await run_sync_peer(sync_peers, "sem-acquire", cluster_url, "interop-sem", "1", "30")
+    assert await peer.line() == "waiting"
+    await semaphore.release()
+    assert await peer.line(within=30) == "acquired"
+    waiting = asyncio.create_task(semaphore.try_acquire(wait_time=30))
+    await eventually(lambda: client.statistics().tasks_waiting == 1)
+    peer = await run_sync_peer(sync_peers, "sem-release", cluster_url, "interop-sem", "1")
+    assert (await peer.line()).startswith("released")
+    assert await waiting
+
+    latch = client.countdown_latch("interop-latch")
+    assert await latch.try_set_count(1)
+    peer = await run_sync_peer(sync_peers, "latch-await", cluster_url, "interop-latch", "30")
+    assert await peer.line() == "waiting"
+    await latch.count_down()
+    assert await peer.line(within=30) == "open"
+    assert await latch.try_set_count(1)
+    opened = asyncio.create_task(latch.wait(30))
+    await eventually(lambda: client.statistics().tasks_waiting == 1)
+    peer = await run_sync_peer(sync_peers, "latch-count-down", cluster_url, "interop-latch")
+    assert await peer.line() == "counted"
+    assert await opened

@@ -174,10 +174,11 @@ async def test_a_peer_waits_for_our_expiring_permit(
 ) -> None:
     pes = client.permit_expirable_semaphore("expiring")
     assert await pes.try_set_permits(1)
-    await pes.acquire(lease_time=0.4)
-    peer = await run_peer(peers, "pes-acquire", redis_url, "expiring", "1000", "5")
+    # the lease outlasts the peer's start-up (importing redis-py alone takes ~0.4 s)
+    await pes.acquire(lease_time=3)
+    peer = await run_peer(peers, "pes-acquire", redis_url, "expiring", "1000", "15")
     assert await peer.line() == "waiting"
-    assert (await peer.line(within=3)).startswith("acquired ")
+    assert (await peer.line(within=10)).startswith("acquired ")
 
 
 async def test_permit_semaphore_contention(
