@@ -59,8 +59,21 @@ def local_cluster() -> Iterator[LocalCluster]:
     """One Redis Cluster (3 masters + 3 replicas) for the whole session, started on first use."""
     if find_redis_server_binary() is None:
         pytest.skip("needs a redis-server binary")
-    with LocalCluster() as cluster:
+    for attempt in range(3):
+        # Free ports are picked before they are bound: on a machine busy with other test
+        # runs a start can lose a port race (or its wait its time); a new cluster then.
+        cluster = LocalCluster()
+        try:
+            cluster.start()
+        except Exception:  # a node that did not start, a wait that timed out
+            if attempt == 2:
+                raise
+            continue
+        break
+    try:
         yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture
