@@ -59,8 +59,9 @@ async def _throughput(
     """Cycles/s of each client, in interleaved slices of ``seconds / rounds`` each."""
     cycles = dict.fromkeys(clients, 0)
     spent = dict.fromkeys(clients, 0.0)
+    cpu = dict.fromkeys(clients, 0.0)
 
-    async def slice_of(variant: str, length: float) -> tuple[int, float]:
+    async def slice_of(variant: str, length: float) -> tuple[int, float, float]:
         client = clients[variant]
         count = 0
         stop = False
@@ -75,22 +76,26 @@ async def _throughput(
 
         workers = [asyncio.ensure_future(worker(i)) for i in range(tasks)]
         try:
-            started = time.perf_counter()
+            started, cpu0 = time.perf_counter(), time.process_time()
             await asyncio.sleep(length)
-            done, ended = count, time.perf_counter()
+            done, ended, cpu1 = count, time.perf_counter(), time.process_time()
         finally:
             stop = True
             await asyncio.gather(*workers)
-        return done, ended - started
+        return done, ended - started, cpu1 - cpu0
 
     for variant in clients:
         await slice_of(variant, warmup)
     for _ in range(rounds):
         for variant in clients:
-            done, took = await slice_of(variant, seconds / rounds)
+            done, took, used = await slice_of(variant, seconds / rounds)
             cycles[variant] += done
             spent[variant] += took
-    return {variant: cycles[variant] / spent[variant] for variant in clients}
+            cpu[variant] += used
+    return {
+        **{variant: cycles[variant] / spent[variant] for variant in clients},
+        **{f"{variant} client cpu us": 1e6 * cpu[variant] / cycles[variant] for variant in clients},
+    }
 
 
 async def _handoff(holder: aiolock.AioLock, waiter: aiolock.AioLock, rounds: int) -> list[int]:
@@ -225,6 +230,13 @@ def run(settings: Settings, loop: LoopName) -> ScenarioResult:
         "higher",
         f"{settings.uncontended_tasks} tasks, distinct names, lease {LEASE:g} s; 2 cores: "
         "no scaling can show",
+    )
+    add(
+        "client CPU per cycle",
+        "us",
+        {v: cycles[f"{v} client cpu us"] for v in both},
+        "lower",
+        "this process's CPU time per acquire+release (the servers' is not counted)",
     )
     hand = data["handoff_ms"]
     for stat in ("p50", "p99"):

@@ -548,6 +548,7 @@ class ClusterTransport(Transport):
 
 _LATCH_PREFIX = LATCH_CHANNEL_PREFIX.encode()
 _PUBLISH = b"$7\r\nPUBLISH\r\n"
+_LAST_PUBLISH = b"\r\n" + _PUBLISH
 _SPUBLISH = b"$8\r\nSPUBLISH\r\n"
 _SCRIPT_RUNS = frozenset({b"EVALSHA", b"EVAL", b"evalsha", b"eval"})
 
@@ -566,6 +567,20 @@ def to_sharded(packed: bytes) -> bytes:
     made ``SPUBLISH``: scripts take the publish command as an argument, as Redisson's do."""
     if _PUBLISH not in packed:
         return packed
+    if packed.endswith(_LAST_PUBLISH) and packed.count(b"PUBLISH") == 1:
+        # The lock scripts' case: the publish command is the last argument. It is an ARGV,
+        # not a key, if there are more arguments than keys.
+        first = packed.index(b"\r\n")
+        pos = first + 2
+        values: list[bytes] = []
+        for _ in range(3):  # the command, the script (or its sha), numkeys
+            end = packed.index(b"\r\n", pos)
+            start = end + 2
+            stop = start + int(packed[pos + 1 : end])
+            values.append(packed[start:stop])
+            pos = stop + 2
+        if values[0] in _SCRIPT_RUNS and int(values[2]) < int(packed[1:first]) - 3:
+            return packed[: -len(_PUBLISH)] + _SPUBLISH
     pos = packed.index(b"\r\n") + 2
     count = int(packed[1 : pos - 2])
     items: list[tuple[int, int, int]] = []  # (header start, value start, value end)
