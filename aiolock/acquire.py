@@ -709,18 +709,19 @@ async def purge(rt: Runtime, rule: Rule, owner: str, lease_ms: int) -> None:
     until = loop.time() + max(lease_ms / 1000, rt.config.command_timeout)
     delay = rt.config.reconnect_delay
     while True:
+        reply: object
         try:
             reply = await command(rt, rule.key, rule.purge(owner), None)
-        except NotSent:
-            reply = None
-        if not isinstance(reply, OutcomeUnknown | ErrorReply | None):
+        except NotSent as error:
+            reply = error
+        if not isinstance(reply, OutcomeUnknown | ErrorReply | NotSent):
             return
         if loop.time() + delay > until or rt.transport.closed:
             logger.warning(
-                "aiolock: could not remove %s's hold on %r: %r; it expires with its lease",
+                "aiolock: could not remove %s's hold on %r (%s); it expires with its lease",
                 owner,
                 rule.name,
-                reply,
+                "the client was closed" if rt.transport.closed else reply,
             )
             return
         await asyncio.sleep(delay)

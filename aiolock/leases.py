@@ -390,9 +390,14 @@ class Leases:
 
     def _expired(self, hold: Hold) -> None:
         hold._timer = None
-        if hold.state is HoldState.HELD and hold.deadline <= asyncio.get_running_loop().time():
-            renewed = hold.renewal is not None
-            self.lose(hold, "no renewal was confirmed in time" if renewed else "its lease ran out")
+        if hold.state is not HoldState.HELD:
+            return
+        if hold.deadline > asyncio.get_running_loop().time():
+            # uvloop's timers have millisecond resolution and may fire a little early
+            self._arm(hold)
+            return
+        renewed = hold.renewal is not None
+        self.lose(hold, "no renewal was confirmed in time" if renewed else "its lease ran out")
 
     def current(self, hold: Hold) -> Hold:
         """``hold``, marked lost first if its deadline has passed."""

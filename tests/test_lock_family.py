@@ -21,6 +21,7 @@ import redis.asyncio
 import aiolock
 from aiolock.testing import RedisServer, TcpProxy
 from tests.conftest import Worker, run_worker
+from tests.sync_helpers import eventually, true
 
 FamilyLock = aiolock.Lock | aiolock.MultiLock
 LockFactory = Callable[[aiolock.AioLock, str], FamilyLock]
@@ -204,8 +205,8 @@ async def test_a_lease_runs_out_and_the_loss_is_reported(
     assert await lock.try_lock(lease_time=0.2)
     lost: list[aiolock.LockLostError] = []
     lock.on_lost(lost.append)
-    await asyncio.sleep(0.4)
-    assert lost and lock.statistics().lost
+    # reported soon after the lease ends (0.2 s); a loaded machine may run the timer late
+    await eventually(lambda: true(lost and lock.statistics().lost), within=5)
     assert await make_lock(make_client(), "family-lease").try_lock()
     with pytest.raises(aiolock.LockLostError):
         await lock.unlock()

@@ -175,7 +175,7 @@ async def test_a_waiter_wakes_when_a_lease_runs_out(
     started = time.monotonic()
     permit = await pes.try_acquire(wait_time=5)
     assert permit is not None and permit != expiring
-    assert 0.25 < time.monotonic() - started < 1.5
+    assert 0.25 < time.monotonic() - started < 3  # at the expiry, well before wait_time
 
 
 async def test_a_permit_without_expiry_is_waited_for_by_message(
@@ -270,8 +270,7 @@ async def test_a_lease_running_out_is_a_loss(client: aiolock.AioLock) -> None:
     pes = client.permit_expirable_semaphore("pes")
     assert await pes.try_set_permits(1)
     permit = await pes.acquire(lease_time=0.1)
-    await asyncio.sleep(0.2)
-    assert pes.statistics().lost == 1
+    await eventually(lambda: true(pes.statistics().lost == 1), within=5)
     with pytest.raises(aiolock.LockLostError):
         await pes.release(permit)
     assert await pes.available_permits() == 1
