@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from .acquire import Rule, Runtime
 from .config import Config
@@ -30,6 +30,7 @@ from .rwlock import ReadWriteLock
 from .semaphore import PermitExpirableSemaphore, Semaphore
 from .tasks import current_task, current_task_id, new_id
 from .transport import ServerSettings, StandaloneTransport, Transport
+from .transport.cluster import ClusterTransport
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Rule")
@@ -76,22 +77,41 @@ class AioLock:
     called more than once. A Redis client passed in is not closed by :meth:`aclose`; one made
     by :func:`from_url` is.
 
+    ``AioLock(redis.asyncio.RedisCluster(...))`` works on a Redis Cluster: the slot map is
+    the RedisCluster's (it follows MOVED and reloads after a failover), and aiolock opens one
+    pipelined link and one pub/sub link per master with the nodes' connection settings.
+
     ``metrics``: True (the default) records metrics through OpenTelemetry's global meter
     provider if opentelemetry-api is installed (the ``otel`` extra), else nothing; False
     records nothing; an :class:`~aiolock.Metrics` records there (see ``aiolock.metrics``).
     """
 
     def __init__(
-        self, redis: Redis, *, config: Config | None = None, metrics: Metrics | bool = True
+        self,
+        redis: Redis | RedisCluster,
+        *,
+        config: Config | None = None,
+        metrics: Metrics | bool = True,
     ) -> None:
-        if not isinstance(redis, Redis):
-            raise TypeError(f"expected a redis.asyncio.Redis, got {type(redis).__name__}")
+        if not isinstance(redis, Redis | RedisCluster):
+            raise TypeError(
+                f"expected a redis.asyncio.Redis or RedisCluster, got {type(redis).__name__}"
+            )
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config must be an aiolock.Config, got {type(config).__name__}")
         self.redis = redis
         self.config = config or Config()
         self.id = str(uuid.uuid4())
-        transport: Transport = StandaloneTransport(ServerSettings.from_redis(redis), self.config)
+        transport: Transport
+        if isinstance(redis, RedisCluster):
+            transport = ClusterTransport(redis, self.config)
+            nodes = sorted(node.name for node in redis.nodes_manager.startup_nodes.values())
+            #: (where, database): which deployment this client's locks live on
+            self.deployment = ("cluster " + ",".join(nodes), 0)
+        else:
+            settings = ServerSettings.from_redis(redis)
+            transport = StandaloneTransport(settings, self.config)
+            self.deployment = (settings.address, settings.db)
         self._owns_redis = False
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -324,9 +344,18 @@ def from_url(
     Keyword arguments are :class:`Config` fields, e.g. ``from_url(url, watchdog_timeout=10)``;
     ``redis_options`` go to ``Redis.from_url`` (e.g. ``{"ssl_ca_certs": ...}``); ``metrics``
     as for :class:`AioLock`.
+
+    ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS) makes a
+    ``redis.asyncio.RedisCluster`` instead, seeded from that node.
     """
     config = Config(**config_overrides)
-    redis = Redis.from_url(url, **(redis_options or {}))
+    redis: Redis | RedisCluster
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() in ("redis+cluster", "rediss+cluster"):
+        base = scheme.lower().removesuffix("+cluster")
+        redis = RedisCluster.from_url(f"{base}://{rest}", **(redis_options or {}))
+    else:
+        redis = Redis.from_url(url, **(redis_options or {}))
     client = AioLock(redis, config=config, metrics=metrics)
     client._owns_redis = True
     return client

@@ -15,6 +15,7 @@ from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule, Runtime
 from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
 from .keys import (
+    PUBLISH,
     UNLOCK_MESSAGE,
     WAKE_ALL_MESSAGE,
     check_lease,
@@ -106,7 +107,7 @@ class LockRule(Rule):
 
     def release(self, owner: str, lease_ms: int, count: int) -> Command:
         return scripts.LOCK_RELEASE.command(
-            (self.name, self._channel_key), (UNLOCK_MESSAGE, lease_ms, owner, count)
+            (self.name, self._channel_key), (UNLOCK_MESSAGE, lease_ms, owner, count, PUBLISH)
         )
 
     def parse_release(self, reply: Any) -> bool | None:
@@ -121,13 +122,17 @@ class LockRule(Rule):
         return None
 
     def purge(self, owner: str) -> Command:
-        return scripts.LOCK_PURGE.command((self.name, self._channel_key), (UNLOCK_MESSAGE, owner))
+        return scripts.LOCK_PURGE.command(
+            (self.name, self._channel_key), (UNLOCK_MESSAGE, owner, PUBLISH)
+        )
 
     def force_unlock(self) -> Command:
         """The command that deletes the lock whoever holds it and wakes its waiters; it
         replies 1 (deleted), 0 (nothing there) or -1 (held in a way this lock object may not
         force: the other mode of a read-write lock)."""
-        return scripts.LOCK_FORCE_UNLOCK.command((self.name, self._channel_key), (UNLOCK_MESSAGE,))
+        return scripts.LOCK_FORCE_UNLOCK.command(
+            (self.name, self._channel_key), (UNLOCK_MESSAGE, PUBLISH)
+        )
 
 
 class Lock:

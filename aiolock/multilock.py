@@ -79,7 +79,6 @@ from .errors import (
 from .keys import check_lease, check_seconds
 from .leases import LostCallback, Owner
 from .tasks import current_task, new_id
-from .transport.settings import ServerSettings
 
 logger = logging.getLogger("aiolock")
 
@@ -750,16 +749,8 @@ async def _await(awaitable: Any) -> None:
 # -- members ---------------------------------------------------------------------------------
 
 
-#: (server address, database) of each client
-_SERVERS: weakref.WeakKeyDictionary[AioLock, tuple[str, int]] = weakref.WeakKeyDictionary()
-
-
 def _server(client: AioLock) -> tuple[str, int]:
-    server = _SERVERS.get(client)
-    if server is None:
-        settings = ServerSettings.from_redis(client.redis)
-        server = _SERVERS[client] = (settings.address, settings.db)
-    return server
+    return client.deployment
 
 
 def _members(locks: Sequence[Any], kind: str) -> list[_Member]:

@@ -28,6 +28,7 @@ from . import acquire, scripts
 from .acquire import Attempt, Command, Runtime
 from .errors import LockUsageError
 from .keys import (
+    PUBLISH,
     UNLOCK_MESSAGE,
     WAKE_ALL_MESSAGE,
     rwlock_channel,
@@ -85,7 +86,7 @@ class ReadRule(_RWRule):
                 rwlock_timeout_prefix(self.name, owner),
                 self._key_prefix,
             ),
-            (UNLOCK_MESSAGE, lease_ms, owner, count),
+            (UNLOCK_MESSAGE, lease_ms, owner, count, PUBLISH),
         )
 
     def purge(self, owner: str) -> Command:
@@ -96,12 +97,12 @@ class ReadRule(_RWRule):
                 rwlock_timeout_prefix(self.name, owner),
                 self._key_prefix,
             ),
-            (UNLOCK_MESSAGE, owner),
+            (UNLOCK_MESSAGE, owner, PUBLISH),
         )
 
     def force_unlock(self) -> Command:
         return scripts.READ_LOCK_FORCE_UNLOCK.command(
-            (self.name, self._channel_key), (WAKE_ALL_MESSAGE,)
+            (self.name, self._channel_key), (WAKE_ALL_MESSAGE, PUBLISH)
         )
 
 
@@ -139,17 +140,17 @@ class WriteRule(_RWRule):
     def release(self, owner: str, lease_ms: int, count: int) -> Command:
         return scripts.WRITE_LOCK_RELEASE.command(
             (self.name, self._channel_key),
-            (WAKE_ALL_MESSAGE, lease_ms, _writer_field(owner), count),
+            (WAKE_ALL_MESSAGE, lease_ms, _writer_field(owner), count, PUBLISH),
         )
 
     def purge(self, owner: str) -> Command:
         return scripts.WRITE_LOCK_PURGE.command(
-            (self.name, self._channel_key), (WAKE_ALL_MESSAGE, _writer_field(owner))
+            (self.name, self._channel_key), (WAKE_ALL_MESSAGE, _writer_field(owner), PUBLISH)
         )
 
     def force_unlock(self) -> Command:
         return scripts.WRITE_LOCK_FORCE_UNLOCK.command(
-            (self.name, self._channel_key), (WAKE_ALL_MESSAGE,)
+            (self.name, self._channel_key), (WAKE_ALL_MESSAGE, PUBLISH)
         )
 
 

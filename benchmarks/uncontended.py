@@ -160,7 +160,7 @@ async def _run(settings: Settings) -> dict[str, Any]:
                 return False
             await raw.evalsha(
                 release_sha, 2, name, floor.channel_of(name), floor.UNLOCK_MESSAGE, LEASE_S * 1000,
-                owner, 1,
+                owner, 1, "PUBLISH",
             )  # fmt: skip
             return True
 

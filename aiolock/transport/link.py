@@ -361,6 +361,11 @@ class Link(asyncio.Protocol):
                 except Exception:
                     logger.exception("aiolock: dispatching a pub/sub message failed")
                 return
+            if reply[0] == b"sunsubscribe" and not self._asked_sunsubscribe(reply[1]):
+                # A sharded channel's slot moved away from this node (Redis unsubscribes
+                # its clients unasked): drop the link, so its channels are subscribed again
+                # where their slots are now and their listeners re-check.
+                raise SlotMoved(f"sharded channel {reply[1]!r} moved to another node")
         call = self._pending.popleft()
         mark = call.mark
         if mark is not None:
@@ -385,6 +390,10 @@ class Link(asyncio.Protocol):
                 raise OutOfStep("a command got a marker's reply: a reply went missing")
         else:
             _hand_out(call, reply)
+
+    def _asked_sunsubscribe(self, channel: Any) -> bool:
+        pending = self._pending
+        return bool(pending) and pending[0].packed == pack(("SUNSUBSCRIBE", channel))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.close(exc or ConnectionError("the server closed the connection"))
@@ -460,6 +469,11 @@ class Link(asyncio.Protocol):
 
 class OutOfStep(Exception):
     """A reply came where another was due: the link is out of step and must be dropped."""
+
+
+class SlotMoved(Exception):
+    """A sharded pub/sub link was unsubscribed by the server: the slot of one of its
+    channels moved to another node."""
 
 
 #: the future of a marker PING (never awaited)
