@@ -28,6 +28,7 @@ from .latch import LatchStatistics as LatchStatistics
 from .leases import Owner as Owner
 from .lock import Lock as Lock
 from .lock import LockStatistics as LockStatistics
+from .metrics import Metrics as Metrics
 from .multilock import MultiLock as MultiLock
 from .multilock import MultiLockStatistics as MultiLockStatistics
 from .multilock import multi_lock as multi_lock
@@ -59,6 +60,7 @@ __all__ = [
     "LockStatistics",
     "LockTimeout",
     "LockUsageError",
+    "Metrics",
     "MultiLock",
     "MultiLockStatistics",
     "OutcomeUnknownError",

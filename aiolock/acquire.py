@@ -37,7 +37,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import anyio
 
@@ -54,6 +54,7 @@ from .errors import (
     SubscriptionError,
 )
 from .leases import Hold, HoldState, Leases, Owner, Renewal
+from .metrics import Metrics
 from .pubsub import Entry, PubSub
 from .transport import (
     Call,
@@ -107,6 +108,8 @@ class Runtime:
     leases: Leases
     config: Config
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]]
+    #: where acquisitions are recorded (None: no metrics)
+    metrics: Metrics | None = None
 
 
 class Rule(ABC):
@@ -120,6 +123,8 @@ class Rule(ABC):
     #: the object's name (for messages) and the key commands about it are routed by
     name: str
     key: str
+    #: the object's type, as metrics name it (the attribute ``lock.type``)
+    kind: ClassVar[str] = "other"
     #: how the watchdog renews a hold taken without a lease
     renewal: Renewal | None = None
     #: whether a grant is a hold of its owner (see above)
@@ -436,7 +441,25 @@ def _ready(value: Any) -> asyncio.Future[Any]:
 # -- acquiring -------------------------------------------------------------------------------
 
 
-async def acquire(
+def acquire(
+    rt: Runtime,
+    rule: Rule,
+    owner: Owner,
+    *,
+    wait: float | None,
+    lease_ms: int,
+    renew: bool,
+) -> Coroutine[Any, Any, Attempt | None]:
+    """Take one count of ``rule``'s object for ``owner``, waiting at most ``wait`` seconds
+    (None: as long as it takes): the acquisition to await, whose result is the grant, or
+    None if the wait ran out. A grant of a hold rule is a count of the owner's hold
+    (``rt.leases.get(rule.name, owner)``). With metrics, the acquisition is recorded."""
+    run = _acquire(rt, rule, owner, wait=wait, lease_ms=lease_ms, renew=renew)
+    metrics = rt.metrics
+    return run if metrics is None else metrics.acquisition(rule.kind, rule.name, run)
+
+
+async def _acquire(
     rt: Runtime,
     rule: Rule,
     owner: Owner,
@@ -445,14 +468,11 @@ async def acquire(
     lease_ms: int,
     renew: bool,
 ) -> Attempt | None:
-    """Take one count of ``rule``'s object for ``owner``, waiting at most ``wait`` seconds
-    (None: as long as it takes); the grant, or None if the wait ran out. A grant of a hold
-    rule is a count of the owner's hold (``rt.leases.get(rule.name, owner)``)."""
     loop = asyncio.get_running_loop()
     now = loop.time()
     wait_until = None if wait is None else now + wait
     give_up_at = None if wait_until is None else wait_until + rt.config.command_timeout
-    hold = rt.leases.hold(rule.name, owner) if rule.holds else None
+    hold = rt.leases.hold(rule.name, owner, rule.kind) if rule.holds else None
     op = _Op(rt, rule, owner, hold)
     tried = granted = False
     try:

@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from .acquire import Rule, Runtime
 from .config import Config
+from .contexts import async_only
 from .errors import ClientClosedError, LockTimeout, WrongEventLoopError
 from .fair_lock import FairLock
 from .fenced_lock import FencedLock
@@ -24,12 +25,14 @@ from .keys import check_name, check_seconds
 from .latch import CountDownLatch
 from .leases import Hold, Leases, Owner
 from .lock import Lock, unlock_at_exit
+from .metrics import Metrics, resolve
 from .pubsub import PubSub
 from .rwlock import ReadWriteLock
 from .semaphore import PermitExpirableSemaphore, Semaphore
 from .sentinel import is_sentinel_url, master_from_url
 from .tasks import current_task, current_task_id, new_id
 from .transport import ServerSettings, StandaloneTransport, Transport
+from .transport.cluster import ClusterTransport
 from .transport.resolve import SentinelAddress
 
 T = TypeVar("T")
@@ -53,6 +56,8 @@ class ClientStatistics:
     #: command links and pub/sub connections opened so far (1 + reconnects each)
     links_opened: int
     pubsub_connections_opened: int
+    #: pub/sub connections opened again after one was lost
+    pubsub_reconnects: int
     #: dropped links fenced before their lost replies were settled
     fences: int
     #: holds the watchdog renews, and renewal script calls made so far
@@ -75,33 +80,60 @@ class AioLock:
     called more than once. A Redis client passed in is not closed by :meth:`aclose`; one made
     by :func:`from_url` is.
 
+    ``AioLock(redis.asyncio.RedisCluster(...))`` works on a Redis Cluster: the slot map is
+    the RedisCluster's (it follows MOVED and reloads after a failover), and aiolock opens one
+    pipelined link and one pub/sub link per master with the nodes' connection settings.
+
+    ``metrics``: True (the default) records metrics through OpenTelemetry's global meter
+    provider if opentelemetry-api is installed (the ``otel`` extra), else nothing; False
+    records nothing; an :class:`~aiolock.Metrics` records there (see ``aiolock.metrics``).
+
     A client of a Sentinel-managed master (``Sentinel(...).master_for(name)``) asks the
     Sentinels where the master is at every connect, through redis-py, and follows it when
     it moves (see the README's "Sentinel").
     """
 
-    def __init__(self, redis: Redis, *, config: Config | None = None) -> None:
-        if not isinstance(redis, Redis):
-            raise TypeError(f"expected a redis.asyncio.Redis, got {type(redis).__name__}")
+    def __init__(
+        self,
+        redis: Redis | RedisCluster,
+        *,
+        config: Config | None = None,
+        metrics: Metrics | bool = True,
+    ) -> None:
+        if not isinstance(redis, Redis | RedisCluster):
+            raise TypeError(
+                f"expected a redis.asyncio.Redis or RedisCluster, got {type(redis).__name__}"
+            )
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config must be an aiolock.Config, got {type(config).__name__}")
         self.redis = redis
         self.config = config or Config()
         self.id = str(uuid.uuid4())
-        pool = redis.connection_pool
-        resolver = SentinelAddress(pool) if isinstance(pool, SentinelConnectionPool) else None
-        transport: Transport = StandaloneTransport(
-            ServerSettings.from_redis(redis), self.config, resolver=resolver
-        )
+        transport: Transport
+        if isinstance(redis, RedisCluster):
+            transport = ClusterTransport(redis, self.config)
+            nodes = sorted(node.name for node in redis.nodes_manager.startup_nodes.values())
+            #: (where, database): which deployment this client's locks live on
+            self.deployment = ("cluster " + ",".join(nodes), 0)
+        else:
+            settings = ServerSettings.from_redis(redis)
+            pool = redis.connection_pool
+            resolver = SentinelAddress(pool) if isinstance(pool, SentinelConnectionPool) else None
+            transport = StandaloneTransport(settings, self.config, resolver=resolver)
+            where = settings.address if resolver is None else resolver.deployment
+            self.deployment = (where, settings.db)
         self._owns_redis = False
         self._owned_sentinel: Sentinel | None = None
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._rules: dict[tuple[Callable[[str], Rule], str], Rule] = {}
+        self.metrics = resolve(metrics)
         pubsub = PubSub(transport)
-        leases = Leases(self.id, transport, self.config, self._spawn)
-        self._runtime = Runtime(transport, pubsub, leases, self.config, self._spawn)
+        leases = Leases(self.id, transport, self.config, self._spawn, self.metrics)
+        self._runtime = Runtime(transport, pubsub, leases, self.config, self._spawn, self.metrics)
+        if self.metrics is not None:
+            self.metrics.watch(transport)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -141,7 +173,7 @@ class AioLock:
         """The countdown latch called ``name`` (Redisson's RCountDownLatch layout)."""
         return CountDownLatch(self, check_name(name))
 
-    @asynccontextmanager
+    @async_only
     async def alock(
         self, name: str, *, wait_time: float | None = None, lease_time: float | None = None
     ) -> AsyncIterator[Lock]:
@@ -194,6 +226,12 @@ class AioLock:
     ) -> None:
         await self.aclose()
 
+    def __enter__(self) -> NoReturn:
+        raise TypeError("use 'async with' with an aiolock client, not 'with'")
+
+    def __exit__(self, *args: object) -> None:  # pragma: no cover - __enter__ always raises
+        pass
+
     async def aclose(self) -> None:
         """Close the client within ``config.cleanup_timeout``.
 
@@ -229,6 +267,8 @@ class AioLock:
                 await asyncio.wait(self._background, timeout=0.1)
         finally:
             await rt.transport.aclose()
+            if self.metrics is not None:
+                self.metrics.unwatch(rt.transport)
             await rt.leases.watchdog.wait_closed()
             if self._owns_redis:
                 await self.redis.aclose()
@@ -284,6 +324,7 @@ class AioLock:
             tasks_waiting=rt.pubsub.parked,
             links_opened=transport.links_opened,
             pubsub_connections_opened=transport.pubsub_connections_opened,
+            pubsub_reconnects=transport.pubsub_reconnects,
             fences=transport.fences,
             renewals=rt.leases.watchdog.renewing,
             renewal_calls=rt.leases.watchdog.calls,
@@ -305,12 +346,20 @@ async def _releasing(lock: Lock) -> AsyncIterator[None]:
 
 
 def from_url(
-    url: str, *, redis_options: Mapping[str, Any] | None = None, **config_overrides: Any
+    url: str,
+    *,
+    redis_options: Mapping[str, Any] | None = None,
+    metrics: Metrics | bool = True,
+    **config_overrides: Any,
 ) -> AioLock:
     """A client on a new ``redis.asyncio.Redis`` for ``url``, closed with the client.
 
     Keyword arguments are :class:`Config` fields, e.g. ``from_url(url, watchdog_timeout=10)``;
-    ``redis_options`` go to ``Redis.from_url`` (e.g. ``{"ssl_ca_certs": ...}``).
+    ``redis_options`` go to ``Redis.from_url`` (e.g. ``{"ssl_ca_certs": ...}``); ``metrics``
+    as for :class:`AioLock`.
+
+    ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS) makes a
+    ``redis.asyncio.RedisCluster`` instead, seeded from that node.
 
     ``redis+sentinel://host:26379[,host:port...]/<service>[/<db>]`` makes a client of the
     master the Sentinels monitor as ``<service>`` (``password@`` before the hosts is the
@@ -318,13 +367,19 @@ def from_url(
     :mod:`aiolock.sentinel`); ``redis_options`` then go to ``Sentinel.master_for``.
     """
     config = Config(**config_overrides)
-    if is_sentinel_url(url):
+    redis: Redis | RedisCluster
+    sentinel: Sentinel | None = None
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() in ("redis+cluster", "rediss+cluster"):
+        base = scheme.lower().removesuffix("+cluster")
+        redis = RedisCluster.from_url(f"{base}://{rest}", **(redis_options or {}))
+    elif is_sentinel_url(url):
         redis, sentinel = master_from_url(
             url, timeout=config.command_timeout, redis_options=dict(redis_options or {})
         )
-        client = AioLock(redis, config=config)
-        client._owned_sentinel = sentinel
     else:
-        client = AioLock(Redis.from_url(url, **(redis_options or {})), config=config)
+        redis = Redis.from_url(url, **(redis_options or {}))
+    client = AioLock(redis, config=config, metrics=metrics)
+    client._owned_sentinel = sentinel
     client._owns_redis = True
     return client

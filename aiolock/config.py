@@ -41,6 +41,11 @@ class Config:
         How long ``WAIT`` waits for the replicas (seconds; Redisson's ``slavesSyncTimeout``,
         1 s). Must be below ``command_timeout``: the WAIT's time counts in its command's.
         Commands sent after it on the same connection wait behind it.
+    sharded_pubsub:
+        Redis Cluster only: whether waiters listen with sharded pub/sub (SSUBSCRIBE, and
+        scripts publish with SPUBLISH) or classic (SUBSCRIBE/PUBLISH). None (the default)
+        chooses as Redisson does: sharded if the cluster answers ``PUBSUB SHARDNUMSUB``
+        (Redis 7+). Java and Python clients sharing locks must make the same choice.
     """
 
     watchdog_timeout: float = 30.0
@@ -52,6 +57,7 @@ class Config:
     ping_interval: float = 5.0
     replica_acks: int = 0
     replica_ack_timeout: float = 1.0
+    sharded_pubsub: bool | None = None
 
     def __post_init__(self) -> None:
         check_lease(self.watchdog_timeout, "watchdog_timeout")
@@ -64,6 +70,8 @@ class Config:
         ):
             if check_seconds(getattr(self, what), what, positive=True) < least:
                 raise ValueError(f"{what} must be at least {least} s, got {getattr(self, what)!r}")
+        if self.sharded_pubsub is not None and not isinstance(self.sharded_pubsub, bool):
+            raise TypeError("sharded_pubsub must be True, False or None")
         _check_int(self.retry_attempts, "retry_attempts", minimum=0, maximum=100)
         if self.reconnect_max_delay < self.reconnect_delay:
             raise ValueError("reconnect_max_delay must be >= reconnect_delay")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from . import acquire, scripts
 from .acquire import Attempt, Command
 from .keys import (
+    PUBLISH,
     UNLOCK_MESSAGE,
     check_seconds,
     fair_queue_key,
@@ -52,6 +53,8 @@ Clock = Callable[[], float]
 
 class FairRule(LockRule):
     """The fair lock: the lock hash plus Redisson's queue and deadlines (same hash slot)."""
+
+    kind = "fair_lock"
 
     __slots__ = ("_allowances", "_queue_key", "_timeout_key", "allowance_ms", "clock")
 
@@ -96,7 +99,7 @@ class FairRule(LockRule):
             del remembered[next(iter(remembered))]  # the oldest; its give-up moves nobody
         remembered[owner] = allowance
         return scripts.FAIR_LOCK_ACQUIRE.command(
-            self._keys(), (lease_ms, owner, allowance, self._now(), UNLOCK_MESSAGE)
+            self._keys(), (lease_ms, owner, allowance, self._now(), UNLOCK_MESSAGE, PUBLISH)
         )
 
     def give_up(self, owner: str) -> Command | None:
@@ -106,7 +109,7 @@ class FairRule(LockRule):
         # Unknown (forgotten): leave the line without moving anyone up; deadlines behind it
         # then come later than they could, never sooner.
         return scripts.FAIR_LOCK_GIVE_UP.command(
-            self._keys(), (UNLOCK_MESSAGE, owner, allowance or 0, self._now())
+            self._keys(), (UNLOCK_MESSAGE, owner, allowance or 0, self._now(), PUBLISH)
         )
 
     def forget(self, owner: str) -> None:
@@ -115,14 +118,18 @@ class FairRule(LockRule):
 
     def release(self, owner: str, lease_ms: int, count: int) -> Command:
         return scripts.FAIR_LOCK_RELEASE.command(
-            self._keys(), (UNLOCK_MESSAGE, lease_ms, owner, self._now(), count)
+            self._keys(), (UNLOCK_MESSAGE, lease_ms, owner, self._now(), count, PUBLISH)
         )
 
     def purge(self, owner: str) -> Command:
-        return scripts.FAIR_LOCK_PURGE.command(self._keys(), (UNLOCK_MESSAGE, owner, self._now()))
+        return scripts.FAIR_LOCK_PURGE.command(
+            self._keys(), (UNLOCK_MESSAGE, owner, self._now(), PUBLISH)
+        )
 
     def force_unlock(self) -> Command:
-        return scripts.FAIR_LOCK_FORCE_UNLOCK.command(self._keys(), (UNLOCK_MESSAGE, self._now()))
+        return scripts.FAIR_LOCK_FORCE_UNLOCK.command(
+            self._keys(), (UNLOCK_MESSAGE, self._now(), PUBLISH)
+        )
 
 
 @functools.lru_cache(maxsize=64)

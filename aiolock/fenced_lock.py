@@ -14,6 +14,8 @@ from .lock import Lock, LockRule
 class FencedRule(LockRule):
     """The lock's rule, plus the token counter ``redisson_lock_token:{name}`` (same slot)."""
 
+    kind = "fenced_lock"
+
     __slots__ = ("_token_key",)
 
     def __init__(self, name: str) -> None:

@@ -11,6 +11,7 @@ All durations are seconds (floats), as everywhere in asyncio; Redis gets millise
 
 from __future__ import annotations
 
+import binascii
 import math
 import warnings
 
@@ -97,31 +98,16 @@ def rwlock_timeout_prefix(name: str, owner: str) -> str:
 # -- hash slots (CRC16/XMODEM of the hash tag, as Redis Cluster computes them) --------------
 
 
-def _crc16_table() -> list[int]:
-    table = []
-    for byte in range(256):
-        crc = byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-        table.append(crc & 0xFFFF)
-    return table
-
-
-_CRC16 = _crc16_table()
-
-
 def key_slot(key: str | bytes) -> int:
-    """The Redis Cluster hash slot of ``key`` (its ``{tag}`` if it has a non-empty one)."""
+    """The Redis Cluster hash slot of ``key`` (its ``{tag}`` if it has a non-empty one):
+    CRC16/XMODEM (``binascii.crc_hqx``, in C) modulo 16384, as Redis Cluster computes it."""
     data = key.encode() if isinstance(key, str) else key
     start = data.find(b"{")
     if start != -1:
         end = data.find(b"}", start + 1)
         if end > start + 1:
             data = data[start + 1 : end]
-    crc = 0
-    for byte in data:
-        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[((crc >> 8) ^ byte) & 0xFF]
-    return crc % 16384
+    return binascii.crc_hqx(data, 0) % 16384
 
 
 # -- durations ------------------------------------------------------------------------------
@@ -177,6 +163,9 @@ LATCH_CHANNEL_PREFIX = "redisson_countdownlatch__channel__"
 #: the pub/sub publish command passed to scripts (Redisson passes it as an argument too, so
 #: that the same script text serves classic and sharded pub/sub)
 PUBLISH = "PUBLISH"
+#: the publish command of a script that must publish classically even where pub/sub is
+#: sharded (a cluster transport turns PUBLISH arguments into SPUBLISH, not this spelling)
+CLASSIC_PUBLISH = "publish"
 #: the score Redisson gives a permit-expirable semaphore's permit taken without a lease
 NON_EXPIRABLE_SCORE = 922337203685477
 #: the most permits one call may ask for or add (Java's int, as Redisson)

@@ -15,7 +15,9 @@ the channel itself (``Rule.channel_key``), so such a latch works wherever the pu
 reaches its subscribers: on a standalone server, Sentinel, and a cluster with classic
 PUBLISH/SUBSCRIBE (which reach every node). With sharded pub/sub (SPUBLISH), a script may
 only publish to channels of its own slot, so a latch whose channel is in another slot must
-keep to classic pub/sub (:func:`aiolock.keys.same_slot` tells which latches those are).
+keep to classic pub/sub (:func:`aiolock.keys.same_slot` tells which latches those are): its
+scripts get the publish command as ``publish`` (lower case), which a cluster transport in
+sharded mode leaves alone, and its waiters listen with classic SUBSCRIBE there.
 Names without braces, the usual case, have the channel in the count's slot and are fully
 interoperable with Redisson everywhere.
 """
@@ -28,7 +30,15 @@ from typing import TYPE_CHECKING, Any
 from . import acquire, scripts
 from .acquire import GRANTED, NOT_RUN, Attempt, Command, Runtime
 from .errors import LockStateError
-from .keys import PUBLISH, check_permits, check_seconds, latch_channel, same_slot, to_millis
+from .keys import (
+    CLASSIC_PUBLISH,
+    PUBLISH,
+    check_permits,
+    check_seconds,
+    latch_channel,
+    same_slot,
+    to_millis,
+)
 from .leases import Owner
 from .pubsub import ALL
 from .requests import REQUEST_TTL_MS, latches_of, mutate
@@ -57,15 +67,18 @@ def latch_wakes(data: bytes) -> int:
 class LatchRule(_GrantRule):
     """Waiting for the latch ``name`` to open: the attempt reads the count."""
 
+    kind = "countdown_latch"
     replicated = False  # a read: nothing for replicas to acknowledge
 
-    __slots__ = ("_channel", "_channel_key", "_get", "key", "name")
+    __slots__ = ("_channel", "_channel_key", "_get", "key", "name", "sharded_ok")
 
     def __init__(self, name: str) -> None:
         self.name = self.key = name
         channel = latch_channel(name)
         self._channel = channel.encode()
-        self._channel_key = name if same_slot(channel, name) else channel
+        #: whether its scripts may publish with SPUBLISH (the channel is in the count's slot)
+        self.sharded_ok = same_slot(channel, name)
+        self._channel_key = name if self.sharded_ok else channel
         self._get = pack(("GET", name))
 
     def channel(self, owner: str) -> bytes:
@@ -177,7 +190,7 @@ class CountDownLatch:
             (
                 *args,
                 REQUEST_TTL_MS,
-                PUBLISH,
+                PUBLISH if self._rule.sharded_ok else CLASSIC_PUBLISH,
                 latch_channel(self.name),
                 request,
                 *latches.take_done(self.name),

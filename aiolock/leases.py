@@ -49,6 +49,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from .config import Config
 from .errors import ClientClosedError, LockLostError
+from .metrics import Metrics
 from .scripts import Script
 from .tasks import new_id
 from .transport import ErrorReply, OutcomeUnknown, Transport
@@ -132,19 +133,25 @@ class Hold:
         "deadline",
         "due",
         "field",
+        "kind",
         "lease_ms",
         "lost",
         "name",
         "owner",
         "renewal",
+        "since",
         "stale",
         "state",
         "token",
     )
 
-    def __init__(self, name: str, owner: Owner, field: str | None = None) -> None:
+    def __init__(
+        self, name: str, owner: Owner, field: str | None = None, kind: str = "lock"
+    ) -> None:
         self.name = name
         self.owner = owner
+        #: the object's type (for metrics)
+        self.kind = kind
         #: the owner id this hold writes to the server: the owner's, unless a request of an
         #: earlier hold could not be fenced and may still arrive (see Leases.taint)
         self.field = owner.id if field is None else field
@@ -154,6 +161,8 @@ class Hold:
         #: counts of a lost generation that the owner has not unlocked yet
         self.stale = 0
         self.lease_ms = 0
+        #: loop time of the grant of the current generation (0: not held; kept for metrics)
+        self.since = 0.0
         #: how the watchdog renews it (None: a lease_time hold, never renewed)
         self.renewal: Renewal | None = None
         #: what to run in the background to remove it from the server (lost, abandoned)
@@ -236,8 +245,11 @@ class Leases:
         transport: Transport,
         config: Config,
         spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+        metrics: Metrics | None = None,
     ) -> None:
         self._transport = transport
+        #: where hold durations, losses and renewals are recorded (None: no metrics)
+        self.metrics = metrics
         self._config = config
         self._spawn = spawn
         self._client_id = client_id
@@ -256,13 +268,15 @@ class Leases:
     def get(self, name: str, owner: Owner) -> Hold | None:
         return self.holds.get((name, owner.id))
 
-    def hold(self, name: str, owner: Owner) -> Hold:
-        """The hold of ``owner`` on ``name``, made (ACQUIRING) if it has none."""
+    def hold(self, name: str, owner: Owner, kind: str = "lock") -> Hold:
+        """The hold of ``owner`` on ``name`` (an object of type ``kind``), made (ACQUIRING)
+        if it has none."""
         hold = self.holds.get((name, owner.id))
         if hold is None:
             if self.closed:
                 raise ClientClosedError("the client is closed")
-            hold = self.holds[(name, owner.id)] = Hold(name, owner, self.field(name, owner))
+            hold = Hold(name, owner, self.field(name, owner), kind)
+            self.holds[(name, owner.id)] = hold
         return hold
 
     def field(self, name: str, owner: Owner) -> str:
@@ -351,8 +365,12 @@ class Leases:
         lock scripts only ever extend a TTL, so a short nested lease never shortens it."""
         first = hold.count == 0
         hold.cleanup = cleanup
-        if first and _deadline(sent_at, lease_ms) <= asyncio.get_running_loop().time():
-            return False
+        if first:
+            now = asyncio.get_running_loop().time()
+            if _deadline(sent_at, lease_ms) <= now:
+                return False
+            if self.metrics is not None:
+                hold.since = now
         hold.count += 1
         hold.state = HoldState.HELD
         if first:
@@ -476,6 +494,11 @@ class Leases:
         return error
 
     def _end(self, hold: Hold, state: HoldState) -> None:
+        """The only way out of HELD (or RELEASING): released or lost."""
+        if self.metrics is not None and hold.since:
+            seconds = asyncio.get_running_loop().time() - hold.since
+            self.metrics.hold_ended(hold.kind, hold.name, seconds, state is HoldState.LOST)
+        hold.since = 0.0
         hold.state = state
         hold.deadline = math.inf
         if hold._timer is not None:
@@ -733,6 +756,7 @@ class Watchdog:
             replies = await call.future
         except Exception as exc:  # NotSent, or anything unforeseen: try again next tick
             replies = exc
+        metrics = self._leases.metrics
         if isinstance(replies, ErrorReply | OutcomeUnknown | Exception):
             self._warn(
                 f"renewing {len(holds)} lock(s) failed ({_why(replies)}); trying again next "
@@ -740,11 +764,15 @@ class Watchdog:
             )
             for hold in holds:
                 if self._serves(hold):
+                    if metrics is not None:
+                        metrics.renewal(hold.kind, hold.name, False)
                     self._schedule(hold, loop.time() + self.tick)
             return
         for hold, renewed in zip(holds, replies, strict=True):
             if not self._serves(hold):
-                continue
+                continue  # released (or lost) meanwhile
+            if metrics is not None:
+                metrics.renewal(hold.kind, hold.name, renewed == 1)
             if renewed == 1:
                 self._leases.confirmed(hold, sent_at, self._lease_ms)
                 self._schedule(hold, sent_at + self.period)

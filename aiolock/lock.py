@@ -6,15 +6,16 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import acquire, scripts
 from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule, Runtime
+from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
 from .keys import (
+    PUBLISH,
     UNLOCK_MESSAGE,
     WAKE_ALL_MESSAGE,
     check_lease,
@@ -69,6 +70,8 @@ def lock_wakes(data: bytes) -> int:
 class LockRule(Rule):
     """The reentrant lock: a hash at ``name`` (owner id -> hold count, TTL = lease)."""
 
+    kind = "lock"
+
     __slots__ = ("_channel", "_channel_key", "key", "name", "renewal")
 
     def __init__(self, name: str) -> None:
@@ -104,7 +107,7 @@ class LockRule(Rule):
 
     def release(self, owner: str, lease_ms: int, count: int) -> Command:
         return scripts.LOCK_RELEASE.command(
-            (self.name, self._channel_key), (UNLOCK_MESSAGE, lease_ms, owner, count)
+            (self.name, self._channel_key), (UNLOCK_MESSAGE, lease_ms, owner, count, PUBLISH)
         )
 
     def parse_release(self, reply: Any) -> bool | None:
@@ -119,13 +122,17 @@ class LockRule(Rule):
         return None
 
     def purge(self, owner: str) -> Command:
-        return scripts.LOCK_PURGE.command((self.name, self._channel_key), (UNLOCK_MESSAGE, owner))
+        return scripts.LOCK_PURGE.command(
+            (self.name, self._channel_key), (UNLOCK_MESSAGE, owner, PUBLISH)
+        )
 
     def force_unlock(self) -> Command:
         """The command that deletes the lock whoever holds it and wakes its waiters; it
         replies 1 (deleted), 0 (nothing there) or -1 (held in a way this lock object may not
         force: the other mode of a read-write lock)."""
-        return scripts.LOCK_FORCE_UNLOCK.command((self.name, self._channel_key), (UNLOCK_MESSAGE,))
+        return scripts.LOCK_FORCE_UNLOCK.command(
+            (self.name, self._channel_key), (UNLOCK_MESSAGE, PUBLISH)
+        )
 
 
 class Lock:
@@ -269,7 +276,7 @@ class Lock:
         """
         return self._client.runtime().leases.on_lost(self._held(owner), callback)
 
-    @asynccontextmanager
+    @async_only
     async def guard(
         self, lease_time: float | None = None, *, owner: Owner | None = None
     ) -> AsyncIterator[Lock]:

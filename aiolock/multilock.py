@@ -61,7 +61,6 @@ import math
 import random
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, Protocol
@@ -69,6 +68,7 @@ from typing import Any, NoReturn, Protocol
 import anyio
 
 from .client import AioLock
+from .contexts import async_only
 from .errors import (
     AioLockError,
     LockLostError,
@@ -79,7 +79,6 @@ from .errors import (
 from .keys import check_lease, check_seconds
 from .leases import LostCallback, Owner
 from .tasks import current_task, new_id
-from .transport.settings import ServerSettings
 
 logger = logging.getLogger("aiolock")
 
@@ -587,7 +586,7 @@ class MultiLock:
             removers.append(member.lock.on_lost(member_lost, owner=who))
         return remove
 
-    @asynccontextmanager
+    @async_only
     async def guard(
         self, lease_time: float | None = None, *, owner: Owner | None = None
     ) -> AsyncIterator[MultiLock]:
@@ -750,16 +749,8 @@ async def _await(awaitable: Any) -> None:
 # -- members ---------------------------------------------------------------------------------
 
 
-#: (server address, database) of each client
-_SERVERS: weakref.WeakKeyDictionary[AioLock, tuple[str, int]] = weakref.WeakKeyDictionary()
-
-
 def _server(client: AioLock) -> tuple[str, int]:
-    server = _SERVERS.get(client)
-    if server is None:
-        settings = ServerSettings.from_redis(client.redis)
-        server = _SERVERS[client] = (settings.address, settings.db)
-    return server
+    return client.deployment
 
 
 def _members(locks: Sequence[Any], kind: str) -> list[_Member]:

@@ -28,6 +28,7 @@ from . import acquire, scripts
 from .acquire import Attempt, Command, Runtime
 from .errors import LockUsageError
 from .keys import (
+    PUBLISH,
     UNLOCK_MESSAGE,
     WAKE_ALL_MESSAGE,
     rwlock_channel,
@@ -58,6 +59,8 @@ class _RWRule(LockRule):
 class ReadRule(_RWRule):
     """The read side: a count per reader in the hash, plus a timeout key per hold."""
 
+    kind = "read_lock"
+
     __slots__ = ("_key_prefix",)
 
     #: a reader never queues behind this client's waiting tasks without trying: they may be
@@ -83,7 +86,7 @@ class ReadRule(_RWRule):
                 rwlock_timeout_prefix(self.name, owner),
                 self._key_prefix,
             ),
-            (UNLOCK_MESSAGE, lease_ms, owner, count),
+            (UNLOCK_MESSAGE, lease_ms, owner, count, PUBLISH),
         )
 
     def purge(self, owner: str) -> Command:
@@ -94,12 +97,12 @@ class ReadRule(_RWRule):
                 rwlock_timeout_prefix(self.name, owner),
                 self._key_prefix,
             ),
-            (UNLOCK_MESSAGE, owner),
+            (UNLOCK_MESSAGE, owner, PUBLISH),
         )
 
     def force_unlock(self) -> Command:
         return scripts.READ_LOCK_FORCE_UNLOCK.command(
-            (self.name, self._channel_key), (WAKE_ALL_MESSAGE,)
+            (self.name, self._channel_key), (WAKE_ALL_MESSAGE, PUBLISH)
         )
 
 
@@ -107,6 +110,8 @@ class WriteRule(_RWRule):
     """The write side. The owner ids it is given are writers, ``<owner>:write`` (see
     :func:`writer_of`), or a plain owner id that replaced one after a request that could not
     be fenced: the hash field is always the id with ``:write`` (Redisson's writer field)."""
+
+    kind = "write_lock"
 
     __slots__ = ()
 
@@ -135,17 +140,17 @@ class WriteRule(_RWRule):
     def release(self, owner: str, lease_ms: int, count: int) -> Command:
         return scripts.WRITE_LOCK_RELEASE.command(
             (self.name, self._channel_key),
-            (WAKE_ALL_MESSAGE, lease_ms, _writer_field(owner), count),
+            (WAKE_ALL_MESSAGE, lease_ms, _writer_field(owner), count, PUBLISH),
         )
 
     def purge(self, owner: str) -> Command:
         return scripts.WRITE_LOCK_PURGE.command(
-            (self.name, self._channel_key), (WAKE_ALL_MESSAGE, _writer_field(owner))
+            (self.name, self._channel_key), (WAKE_ALL_MESSAGE, _writer_field(owner), PUBLISH)
         )
 
     def force_unlock(self) -> Command:
         return scripts.WRITE_LOCK_FORCE_UNLOCK.command(
-            (self.name, self._channel_key), (WAKE_ALL_MESSAGE,)
+            (self.name, self._channel_key), (WAKE_ALL_MESSAGE, PUBLISH)
         )
 
 

@@ -25,13 +25,13 @@ import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import acquire, scripts
 from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule, Runtime
+from .contexts import async_only
 from .errors import (
     AioLockError,
     ClientClosedError,
@@ -100,6 +100,8 @@ class SemaphoreRule(_GrantRule):
     """Taking ``permits`` permits of the semaphore ``name``. The "owner" the loop passes is
     the acquisition's request id: the script records a grant under it, which is how a lost
     reply is settled."""
+
+    kind = "semaphore"
 
     __slots__ = (
         "_channel",
@@ -389,6 +391,8 @@ class PermitRule(Rule):
     permit's own: its id is the permit id (32 hex digits), so each permit is one hold, keyed
     (name, permit id) in the lease registry and renewed by its id."""
 
+    kind = "permit_expirable_semaphore"
+
     __slots__ = ("_channel", "_channel_key", "_timeouts", "key", "name", "renewal")
 
     def __init__(self, name: str) -> None:
@@ -589,7 +593,7 @@ class PermitExpirableSemaphore:
         )
         return bool(reply == 1)
 
-    @asynccontextmanager
+    @async_only
     async def permit(
         self,
         lease_time: float | None = None,
@@ -608,7 +612,7 @@ class PermitExpirableSemaphore:
         else:
             await self._release_at_exit(permit, None)
 
-    @asynccontextmanager
+    @async_only
     async def guard(
         self,
         lease_time: float | None = None,

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from . import (
+    cluster,
     composite,
     contended,
     fair,
@@ -53,6 +54,7 @@ SCENARIOS: dict[str, ModuleType] = {
     "semaphores": semaphores,
     "latch": latch,
     "composite": composite,
+    "cluster": cluster,
 }
 
 

@@ -78,6 +78,7 @@ async def worker(params: dict[str, Any], link: ParentLink) -> dict[str, Any]:
     r: aredis.Redis
     if params["lib"] == "aiolock":
         client = aiolock.from_url(url)
+        assert isinstance(client.redis, aredis.Redis)
         r = client.redis
     else:
         r = aredis.Redis.from_url(url)

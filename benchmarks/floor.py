@@ -301,7 +301,16 @@ class FloorLock:
     async def unlock(self, key: bytes, channel: bytes, owner: bytes) -> bool:
         """True if ``owner`` held it (the last release deletes the key and publishes)."""
         reply = await self.call(
-            b"EVALSHA", RELEASE.sha, b"2", key, channel, UNLOCK_MESSAGE, self._lease, owner, b"1"
+            b"EVALSHA",
+            RELEASE.sha,
+            b"2",
+            key,
+            channel,
+            UNLOCK_MESSAGE,
+            self._lease,
+            owner,
+            b"1",
+            b"PUBLISH",
         )
         return reply is not None
 
@@ -378,7 +387,16 @@ class UncontendedFloor:
         if await call(b"EVALSHA", ACQUIRE.sha, b"1", key, self._lease, owner) is not None:
             return False
         await call(
-            b"EVALSHA", RELEASE.sha, b"2", key, channel, UNLOCK_MESSAGE, self._lease, owner, b"1"
+            b"EVALSHA",
+            RELEASE.sha,
+            b"2",
+            key,
+            channel,
+            UNLOCK_MESSAGE,
+            self._lease,
+            owner,
+            b"1",
+            b"PUBLISH",
         )
         return True
 
@@ -550,7 +568,7 @@ class SyncSide:
     def release_blocking(self) -> None:
         reply = self.cmd.call(
             b"EVALSHA", RELEASE.sha, b"2", self.key, self.channel, UNLOCK_MESSAGE, self.lease,
-            self.owner, b"1",
+            self.owner, b"1", b"PUBLISH",
         )  # fmt: skip
         if reply is None:
             raise FloorError("release: not held")

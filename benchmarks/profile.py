@@ -74,7 +74,9 @@ async def raw(url: str, seconds: float) -> int:
             name = f"prof:raw:{i}"
             owner = prefix + name
             await r.evalsha(acquire, 1, name, 10000, owner)
-            await r.evalsha(release, 2, name, lock_channel(name), UNLOCK_MESSAGE, 10000, owner, 1)
+            await r.evalsha(
+                release, 2, name, lock_channel(name), UNLOCK_MESSAGE, 10000, owner, 1, "PUBLISH"
+            )
 
         await _loop_for(0.3, TASKS, cycle)
         return await _loop_for(seconds, TASKS, cycle)
@@ -117,14 +119,14 @@ async def ablation(url: str, seconds: float, rounds: int = 3) -> dict[str, dict[
     async def raw_evalsha(i: int) -> None:
         name, channel, owner = args(i, "raw")
         await r.evalsha(acquire.sha, 1, name, 10000, owner)
-        await r.evalsha(release.sha, 2, name, channel, UNLOCK_MESSAGE, 10000, owner, 1)
+        await r.evalsha(release.sha, 2, name, channel, UNLOCK_MESSAGE, 10000, owner, 1, "PUBLISH")
 
     async def transport(i: int) -> None:  # aiolock's own transport, no lock around it
         name, channel, owner = args(i, "transport")
         rt = client.runtime()
         for script, keys, argv in (
             (acquire, (name,), (10000, owner)),
-            (release, (name, channel), (UNLOCK_MESSAGE, 10000, owner, 1)),
+            (release, (name, channel), (UNLOCK_MESSAGE, 10000, owner, 1, "PUBLISH")),
         ):
             call = await rt.transport.send(script.command(keys, argv), key=name)
             await call.future

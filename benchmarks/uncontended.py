@@ -5,6 +5,12 @@ Variants, all on the same server in the same run, each on its own ``redis.asynci
 (default connection pool, so each ends up with one connection per task):
 
 * ``aiolock``: ``lock = client.lock(name); await lock.try_lock(lease_time=10); await lock.unlock()``
+  on a client without metrics (``metrics=False``)
+* ``aiolock-otel``: the same, recording metrics into OpenTelemetry's SDK (a ``MeterProvider``
+  with an in-memory reader, so what is measured is the recording, not an export); when
+  opentelemetry-sdk is installed
+* ``aiolock-otel-api``: the same with the default ``metrics=True`` and no SDK set up: what
+  an application that has opentelemetry-api installed but exports nothing pays
 * ``aiolock-watchdog``: the same without ``lease_time`` (watchdog lease), once
   the watchdog exists
 * ``floor``: the physical floor (:class:`benchmarks.floor.UncontendedFloor`): aiolock's
@@ -101,9 +107,22 @@ async def _timed(
     }
 
 
+def _sdk_metrics() -> aiolock.Metrics | None:
+    """Metrics recorded into OpenTelemetry's SDK, or None without opentelemetry-sdk."""
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    except ImportError:
+        return None
+    return aiolock.Metrics(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+
 async def _run(settings: Settings) -> dict[str, Any]:
     url = settings.url
-    client = aiolock.from_url(url)
+    client = aiolock.from_url(url, metrics=False)
+    sdk_metrics = _sdk_metrics()
+    otel_client = aiolock.from_url(url, metrics=sdk_metrics) if sdk_metrics else None
+    api_client = aiolock.from_url(url, metrics=True)
     raw = aredis.Redis.from_url(url)
     floor_client = await floor.UncontendedFloor.open(url)
     rpy = aredis.Redis.from_url(url)
@@ -115,12 +134,17 @@ async def _run(settings: Settings) -> dict[str, Any]:
         assert release_sha == floor.RELEASE.sha.decode()
         raw_owner_prefix = f"{uuid.uuid4()}:"
 
-        async def aiolock_cycle(name: str) -> bool:
-            lock = client.lock(name)
-            if not await lock.try_lock(lease_time=LEASE_S):
-                return False
-            await lock.unlock()
-            return True
+        def aiolock_cycle_on(on: aiolock.AioLock) -> Cycle:
+            async def cycle(name: str) -> bool:
+                lock = on.lock(name)
+                if not await lock.try_lock(lease_time=LEASE_S):
+                    return False
+                await lock.unlock()
+                return True
+
+            return cycle
+
+        aiolock_cycle = aiolock_cycle_on(client)
 
         async def aiolock_watchdog_cycle(name: str) -> bool:
             lock = client.lock(name)
@@ -136,7 +160,7 @@ async def _run(settings: Settings) -> dict[str, Any]:
                 return False
             await raw.evalsha(
                 release_sha, 2, name, floor.channel_of(name), floor.UNLOCK_MESSAGE, LEASE_S * 1000,
-                owner, 1,
+                owner, 1, "PUBLISH",
             )  # fmt: skip
             return True
 
@@ -150,6 +174,10 @@ async def _run(settings: Settings) -> dict[str, Any]:
         variants: dict[str, Cycle] = {"aiolock": aiolock_cycle}
         if watchdog_available():
             variants["aiolock-watchdog"] = aiolock_watchdog_cycle
+        if otel_client is not None:
+            variants["aiolock-otel"] = aiolock_cycle_on(otel_client)
+        if api_client.metrics is not None:  # opentelemetry-api is installed
+            variants["aiolock-otel-api"] = aiolock_cycle_on(api_client)
         variants["floor"] = floor_client.cycle
         variants["redis-py evalsha"] = raw_cycle
         variants["redis-py"] = redispy_cycle
@@ -198,6 +226,9 @@ async def _run(settings: Settings) -> dict[str, Any]:
         return out
     finally:
         await close_client(client, "uncontended client")
+        if otel_client is not None:
+            await close_client(otel_client, "uncontended client (otel)")
+        await close_client(api_client, "uncontended client (otel api)")
         await raw.aclose()
         floor_client.close()
         await rpy.aclose()
@@ -220,6 +251,9 @@ def run(settings: Settings, loop: LoopName) -> ScenarioResult:
     }
     if "aiolock-watchdog" in rate:
         ratios["aiolock-watchdog/floor"] = ratio(rate["aiolock-watchdog"], rate["floor"])
+    for metrics_variant in ("aiolock-otel", "aiolock-otel-api"):
+        if metrics_variant in rate:  # the cost of metrics, in the same run
+            ratios[f"{metrics_variant}/aiolock"] = ratio(rate[metrics_variant], rate["aiolock"])
     rows.append(
         Row(
             "uncontended",

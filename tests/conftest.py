@@ -21,7 +21,14 @@ import redis
 import redis.asyncio
 
 import aiolock
-from aiolock.testing import ExternalRedis, RedisServer, TcpProxy, external_redis_url
+from aiolock.testing import (
+    ExternalRedis,
+    LocalCluster,
+    RedisServer,
+    TcpProxy,
+    external_redis_url,
+    find_redis_server_binary,
+)
 from tests.peers import Peers
 
 
@@ -45,6 +52,43 @@ def redis_server() -> Iterator[RedisServer | ExternalRedis]:
         return
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """One Redis Cluster (3 masters + 3 replicas) for the whole session, started on first use."""
+    if find_redis_server_binary() is None:
+        pytest.skip("needs a redis-server binary")
+    for attempt in range(3):
+        # Free ports are picked before they are bound: on a machine busy with other test
+        # runs a start can lose a port race (or its wait its time); a new cluster then.
+        cluster = LocalCluster()
+        try:
+            cluster.start()
+        except Exception:  # a node that did not start, a wait that timed out
+            if attempt == 2:
+                raise
+            continue
+        break
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def healthy_cluster(local_cluster: LocalCluster) -> LocalCluster:
+    """The session cluster, healed (what an earlier test killed, paused or left migrating is
+    restored) and FLUSHALLed. Roles may differ from the start (failovers)."""
+    local_cluster.heal()
+    local_cluster.flushall()
+    return local_cluster
+
+
+@pytest.fixture
+def cluster_url(healthy_cluster: LocalCluster) -> str:
+    """``redis+cluster://`` of a node of the healthy session cluster (for aiolock.from_url)."""
+    return "redis+cluster://" + healthy_cluster.url.removeprefix("redis://")
 
 
 @pytest.fixture

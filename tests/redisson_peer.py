@@ -20,6 +20,11 @@ stdin, it reports on stdout:
     -> "ready <client uuid>" once, then per command "<tid> acquired|timeout|unlocked|error ..."
        ("acquired" carries time.monotonic_ns(), CLOCK_MONOTONIC, comparable across processes)
 
+On a Redis Cluster (``URL`` = ``redis+cluster://HOST:PORT``) it runs on redis-py's
+RedisCluster and chooses pub/sub as Redisson's ClusterConnectionManager does: sharded
+(SSUBSCRIBE on the channel's master, SPUBLISH passed to the scripts) if ``PUBSUB SHARDNUMSUB
+0`` is understood (Redis 7), classic otherwise.
+
 ``python tests/redisson_peer.py URL [CLOCK_OFFSET_MS]``: the offset skews the clock this
 client writes into fair-lock deadlines (Redisson passes System.currentTimeMillis()).
 
@@ -56,6 +61,54 @@ from typing import Any
 
 import redis
 from redis.client import PubSub
+
+CLUSTER_SCHEME = "redis+cluster://"
+
+
+def connect(url: str) -> Any:
+    """redis.Redis for ``url``, or redis.RedisCluster for a ``redis+cluster://`` URL."""
+    if url.startswith(CLUSTER_SCHEME):
+        return redis.RedisCluster.from_url("redis://" + url.removeprefix(CLUSTER_SCHEME))
+    return redis.Redis.from_url(url)
+
+
+def sharded_pubsub(r: Any) -> bool:
+    """Redisson's probe: a cluster whose nodes answer PUBSUB SHARDNUMSUB uses sharded pub/sub."""
+    if not isinstance(r, redis.RedisCluster):
+        return False
+    node = r.get_default_node()  # type: ignore[no-untyped-call]
+    with redis.Redis(host=node.host, port=node.port) as plain:
+        try:
+            plain.execute_command("PUBSUB", "SHARDNUMSUB", "0")
+        except redis.ResponseError:
+            return False
+    return True
+
+
+def subscribe(r: Any, channel: str) -> PubSub:
+    """A pub/sub connection listening to ``channel`` (confirmed): on a cluster, on the
+    channel's master, with SSUBSCRIBE when sharded (as Redisson)."""
+    if isinstance(r, redis.RedisCluster):
+        node = r.get_node_from_key(channel)  # type: ignore[no-untyped-call]
+        pubsub: PubSub = redis.Redis(host=node.host, port=node.port).pubsub()  # type: ignore[no-untyped-call]
+    else:
+        pubsub = r.pubsub()
+    kind = "ssubscribe" if SHARDED[0] else "subscribe"
+    if SHARDED[0]:
+        pubsub.ssubscribe(channel)
+    else:
+        pubsub.subscribe(channel)
+    while True:
+        confirmation = pubsub.get_message(timeout=5)
+        if confirmation is not None and confirmation["type"] == kind:
+            return pubsub
+
+
+#: [whether pub/sub is sharded], set at start-up
+SHARDED = [False]
+#: [the publish command passed to scripts], set at start-up
+PUBLISH_COMMAND = ["PUBLISH"]
+MESSAGES = ("message", "smessage")
 
 FAIR_LOCK_WAIT_TIMEOUT_MS = 300_000  # Config.fairLockWaitTimeout
 LATCH_PX = 18_000  # redisson_unlock_latch PX with the default timeouts
@@ -302,7 +355,9 @@ class Peer:
     def __init__(self, url: str, clock_offset_ms: int) -> None:
         self.id = str(uuid.uuid4())
         self.url = url
-        self.redis = redis.Redis.from_url(url)
+        self.redis = connect(url)
+        SHARDED[0] = sharded_pubsub(self.redis)
+        PUBLISH_COMMAND[0] = "SPUBLISH" if SHARDED[0] else "PUBLISH"
         self.clock_offset_ms = clock_offset_ms
         self.scripts = {
             name: self.redis.register_script(source)
@@ -346,13 +401,8 @@ class Peer:
         if deadline is not None and time.monotonic() >= deadline:
             failed()
             return False
-        pubsub = self.redis.pubsub()  # type: ignore[no-untyped-call]
-        pubsub.subscribe(channel)
+        pubsub = subscribe(self.redis, channel)
         try:
-            while True:
-                message = pubsub.get_message(timeout=5)  # the subscribe confirmation
-                if message is not None and message["type"] == "subscribe":
-                    break
             while True:
                 ttl = attempt()
                 if ttl is None:
@@ -368,7 +418,6 @@ class Peer:
                     park = left  # Redisson: latch.acquire() without a timer
                 self._park(pubsub, park)
         finally:
-            pubsub.unsubscribe()
             pubsub.close()
 
     @staticmethod
@@ -379,7 +428,7 @@ class Peer:
             if left <= 0:
                 return
             message = pubsub.get_message(timeout=min(left, 1.0))
-            if message is not None and message["type"] == "message":
+            if message is not None and message["type"] in MESSAGES:
                 return
 
     # -- RFairLock ------------------------------------------------------------------------
@@ -410,7 +459,7 @@ class Peer:
             prefix_name("redisson_lock__channel", name),
             latch,
         ]
-        args = [0, 30_000, owner, self.now(), "PUBLISH", LATCH_PX]
+        args = [0, 30_000, owner, self.now(), PUBLISH_COMMAND[0], LATCH_PX]
         reply = self.run("fair_unlock", keys, args)
         self.redis.delete(latch)
         return reply
@@ -434,7 +483,7 @@ class Peer:
         key_prefix = timeout_prefix.split(":" + owner)[0]
         latch = f"{prefix_name('redisson_unlock_latch', name)}:{os.urandom(16).hex()}"
         keys = [name, prefix_name("redisson_rwlock", name), timeout_prefix, key_prefix, latch]
-        reply = self.run("read_unlock", keys, [0, owner, "PUBLISH", LATCH_PX])
+        reply = self.run("read_unlock", keys, [0, owner, PUBLISH_COMMAND[0], LATCH_PX])
         self.redis.delete(latch)
         return reply
 
@@ -452,7 +501,7 @@ class Peer:
         writer = f"{self.id}:{tid}:write"
         latch = f"{prefix_name('redisson_unlock_latch', name)}:{os.urandom(16).hex()}"
         keys = [name, prefix_name("redisson_rwlock", name), latch]
-        reply = self.run("write_unlock", keys, [1, 30_000, writer, "PUBLISH", LATCH_PX])
+        reply = self.run("write_unlock", keys, [1, 30_000, writer, PUBLISH_COMMAND[0], LATCH_PX])
         self.redis.delete(latch)
         return reply
 
@@ -585,15 +634,6 @@ def say(*words: object) -> None:
     print(*words, flush=True)
 
 
-def subscribe(r: redis.Redis, channel: str) -> PubSub:
-    pubsub: PubSub = r.pubsub()  # type: ignore[no-untyped-call]
-    pubsub.subscribe(channel)
-    while True:
-        confirmation = pubsub.get_message(timeout=5)
-        if confirmation is not None and confirmation["type"] == "subscribe":
-            return pubsub
-
-
 def wait_message(pubsub: PubSub, seconds: float) -> bytes | None:
     """The next message's payload within ``seconds`` (Redisson's latch.tryAcquire)."""
     deadline = time.monotonic() + max(0.0, seconds)
@@ -602,7 +642,7 @@ def wait_message(pubsub: PubSub, seconds: float) -> bytes | None:
         if left <= 0:
             return None
         got: Any = pubsub.get_message(timeout=left)
-        if got is not None and got["type"] == "message":
+        if got is not None and got["type"] in MESSAGES:
             data = got["data"]
             assert isinstance(data, bytes)
             return data
@@ -612,7 +652,9 @@ class SyncPeer:
     """A Redisson client using one semaphore or latch (one command per process)."""
 
     def __init__(self, url: str, name: str) -> None:
-        self.r = redis.Redis.from_url(url)
+        self.r = connect(url)
+        SHARDED[0] = sharded_pubsub(self.r)
+        self.publish = "SPUBLISH" if SHARDED[0] else PUBLISH
         self.name = name
         self.sem_channel = prefix_name("redisson_sc", name)
         self.timeouts = suffix_name(name, "timeout")
@@ -645,12 +687,19 @@ class SyncPeer:
             pubsub.close()
 
     def sem_release(self, permits: int) -> int:
-        return int(self.r.eval(SEM_RELEASE, 2, self.name, self.sem_channel, permits, PUBLISH))
+        return int(self.r.eval(SEM_RELEASE, 2, self.name, self.sem_channel, permits, self.publish))
 
     # RPermitExpirableSemaphore
     def pes_try(self, permit: bytes, lease_ms: int) -> Any:
         timeout_date = NON_EXPIRABLE if lease_ms < 0 else now_ms() + lease_ms
-        args: list[bytes | str | int] = [1, timeout_date, now_ms(), NON_EXPIRABLE, PUBLISH, permit]
+        args: list[bytes | str | int] = [
+            1,
+            timeout_date,
+            now_ms(),
+            NON_EXPIRABLE,
+            self.publish,
+            permit,
+        ]
         keys = [self.name, self.timeouts, self.sem_channel]
         return self.r.eval(PES_TRY_ACQUIRE, 3, *keys, *args)
 
@@ -679,7 +728,7 @@ class SyncPeer:
 
     def pes_release(self, permit: str) -> bool:
         keys = [self.name, self.sem_channel, self.timeouts]
-        args: list[bytes | str | int] = [bytes.fromhex(permit), 1, now_ms(), PUBLISH]
+        args: list[bytes | str | int] = [bytes.fromhex(permit), 1, now_ms(), self.publish]
         return bool(self.r.eval(PES_TRY_RELEASE, 3, *keys, *args))
 
     # RCountDownLatch
@@ -708,10 +757,10 @@ class SyncPeer:
             pubsub.close()
 
     def latch_count_down(self) -> None:
-        self.r.eval(LATCH_COUNT_DOWN, 2, self.name, self.latch_channel, 0, PUBLISH)
+        self.r.eval(LATCH_COUNT_DOWN, 2, self.name, self.latch_channel, 0, self.publish)
 
     def latch_delete(self) -> int:
-        return int(self.r.eval(LATCH_DELETE, 2, self.name, self.latch_channel, 1, PUBLISH))
+        return int(self.r.eval(LATCH_DELETE, 2, self.name, self.latch_channel, 1, self.publish))
 
     # contention
     def hammer(self, kind: str, permits: int, rounds: int) -> None:

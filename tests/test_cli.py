@@ -21,6 +21,7 @@ import redis.asyncio
 
 import aiolock
 from aiolock.cli import build_parser, main
+from tests.peers import Peers
 
 # Owner ids as a Redisson client writes them: <client uuid>:<thread id>.
 JAVA = "6e3d30b7-83b1-433a-9335-5e8b9916d3ac"
@@ -559,3 +560,37 @@ def test_demo_takes_url_like_the_other_commands() -> None:
     args = build_parser().parse_args(["demo", "--url", "redis://127.0.0.1:1/0"])
     assert args.redis == "redis://127.0.0.1:1/0"
     assert build_parser().parse_args(["demo", "--redis", "redis://h/1"]).redis == "redis://h/1"
+
+
+async def test_inspect_and_unlock_force_with_a_redisson_peer(redis_url: str, peers: Peers) -> None:
+    """A Redisson client in another process (tests/redisson_peer.py: Redisson's own scripts
+    and waiting loop) holds a fair lock, waits for it from a second thread, and holds a read
+    lock: inspect shows what it wrote; unlock --force frees the fair lock, and the Redisson
+    waiter, woken by the message to the head of the line, takes it. (Thread ids are numbers,
+    as Java's are: inspect recognises owner fields ``<uuid>:<n>``.)"""
+    java = await peers.start("redisson")
+    await java.send("57", "fair-lock", "java-fair", 0, 60_000)
+    await peers.expect(java, "57", "acquired")
+    await java.send("12", "read-lock", "java-rw", 0, 60_000)
+    await peers.expect(java, "12", "acquired")
+    await java.send("58", "fair-lock", "java-fair", 60_000, 60_000)
+    async with asyncio.timeout(10):
+        while True:
+            found = await asyncio.to_thread(inspect_json, redis_url, "java-*")
+            if found.get("java-fair", {}).get("queue_length") == 1:
+                break
+            await asyncio.sleep(0.05)
+    fair, rw = found["java-fair"], found["java-rw"]
+    assert fair["type"] == "fair_lock"
+    assert [(h["owner"], h["count"]) for h in fair["holders"]] == [(java.owner("57"), 1)]
+    assert [entry["owner"] for entry in fair["queue"]] == [java.owner("58")]
+    assert 0 < fair["lease_ms"] <= 60_000
+    assert rw["type"] == "read_write_lock" and rw["mode"] == "read"
+    assert [(h["owner"], h["count"]) for h in rw["holders"]] == [(java.owner("12"), 1)]
+
+    proc = await asyncio.to_thread(cli, "unlock", "--force", "--yes", "java-fair", "--url",
+                                   redis_url)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    await peers.expect(java, "58", "acquired", within=10)  # woken by the message, not a lease
+    after = await asyncio.to_thread(inspect_json, redis_url, "java-fair")
+    assert [h["owner"] for h in after["java-fair"]["holders"]] == [java.owner("58")]

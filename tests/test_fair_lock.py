@@ -417,7 +417,7 @@ async def test_the_expected_wait_is_never_negative_or_zero(
         expected = (1_000, 2_000)
     keys = (name, queue, timeouts, f"redisson_lock__channel:{{{name}}}")
     reply = await redis_client.eval(
-        scripts.FAIR_LOCK_ACQUIRE.source, 4, *keys, 30_000, "me:1", 10_000, now, "0"
+        scripts.FAIR_LOCK_ACQUIRE.source, 4, *keys, 30_000, "me:1", 10_000, now, "0", "PUBLISH"
     )
     assert expected[0] <= reply <= expected[1]
     assert "me:1" in await queue_of(redis_client, name)

@@ -272,6 +272,20 @@ async def test_with_instead_of_async_with_says_so(offline: aiolock.AioLock) -> N
     with pytest.raises(TypeError, match="async with"):
         with offline.lock("x"):
             pass
+    with pytest.raises(TypeError, match="async with"):
+        with offline:
+            pass
+    semaphore = offline.permit_expirable_semaphore("x")
+    for block, what in [
+        (offline.alock("x"), "alock"),
+        (offline.lock("x").guard(), "guard"),
+        (aiolock.multi_lock(offline.lock("x")).guard(), "guard"),
+        (semaphore.permit(), "permit"),
+        (semaphore.guard(), "guard"),
+    ]:
+        with pytest.raises(TypeError, match=rf"use 'async with {what}\(\.\.\.\)', not 'with'"):
+            with block:  # type: ignore[attr-defined]
+                pass
 
 
 async def test_bad_client_arguments() -> None:

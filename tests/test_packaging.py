@@ -21,6 +21,7 @@ from aiolock.demo.errors import DemoError
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+README = (ROOT / "README.md").read_text()
 DISTRIBUTION = "aiolock-redis"
 EXTRAS_MODULES = ["rich", "fastapi", "uvicorn", "aiohttp", "httpx", "asyncpg", "uvloop",
                   "matplotlib", "pyinstrument", "mkdocs", "pytest"]  # fmt: skip
@@ -55,8 +56,9 @@ def test_runtime_dependencies_are_only_what_the_library_needs() -> None:
     assert sorted(project["dependencies"]) == ["anyio>=4", "redis[hiredis]>=8"]
     extras = project["optional-dependencies"]
     assert extras["demo"] == ["rich>=13"]
+    assert extras["otel"] == ["opentelemetry-api>=1.27"]  # the API only: the app picks the SDK
     assert any(req.startswith("uvicorn") for req in extras["examples"])
-    for extra in ("test", "lint", "docs", "postgres", "bench", "examples"):
+    for extra in ("test", "lint", "docs", "postgres", "bench", "examples", "otel"):
         assert extra in extras
     assert extras["dev"] == [f"{DISTRIBUTION}[test,lint]"]
 
@@ -157,5 +159,92 @@ def test_wheel_contents(tmp_path: Path) -> None:
     requires = meta.get_all("Requires-Dist") or []
     assert sorted(r for r in requires if "extra ==" not in r) == ["anyio>=4", "redis[hiredis]>=8"]
     assert "rich>=13; extra == 'demo'" in requires
+    assert "opentelemetry-api>=1.27; extra == 'otel'" in requires
     assert "Typing :: Typed" in (meta.get_all("Classifier") or [])
     assert any(url.startswith("Repository, ") for url in meta.get_all("Project-URL") or [])
+
+
+def _runtime_distributions() -> set[str]:
+    """The distributions the library needs at run time: its dependencies (and their
+    extras) and theirs, with markers evaluated here; none of its own extras."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    todo = [Requirement(req) for req in PYPROJECT["project"]["dependencies"]]
+    found: set[str] = set()
+    while todo:
+        req = todo.pop()
+        name = str(canonicalize_name(req.name))
+        if name in found:
+            continue
+        found.add(name)
+        for text in metadata.requires(name) or []:
+            dep = Requirement(text)
+            wanted = req.extras | {""}
+            if dep.marker is None or any(dep.marker.evaluate({"extra": e}) for e in wanted):
+                todo.append(dep)
+    return found
+
+
+def test_the_wheel_installs_in_a_fresh_venv_and_runs_the_quickstart(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """``pip wheel .``, installed in a new virtualenv, runs the README's quickstart and the
+    ``aiolock`` command. Without network: the venv gets the runtime dependencies of the
+    wheel (and nothing else, so no extra: no OpenTelemetry) linked from this environment."""
+    pytest.importorskip("hatchling", reason="builds the wheel without network: needs hatchling")
+    import venv
+
+    wheels = tmp_path / "wheels"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(wheels), str(ROOT)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [wheel] = wheels.glob("aiolock_redis-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+         "--no-index", "--disable-pip-version-check", str(wheel)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    needed = _runtime_distributions()
+    assert {"redis", "anyio", "hiredis"} <= needed
+    assert not any(name.startswith("opentelemetry") for name in needed)
+    for name in needed:
+        dist = metadata.distribution(name)
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        for top in tops - {"__pycache__"}:
+            source = Path(str(dist.locate_file(top)))
+            if not (site / top).exists():
+                (site / top).symlink_to(source)
+
+    quickstart = re.search(r"## Quickstart.*?```python\n(.*?)```", README, re.DOTALL)
+    assert quickstart is not None
+    code = quickstart.group(1).replace("redis://localhost:6379/0", redis_url)
+    check = (
+        "import aiolock, sys\n"
+        f"assert aiolock.__file__.startswith({str(site)!r}), aiolock.__file__\n"
+        "assert aiolock.metrics.otel is None  # no extra installed\n"
+    )
+    proc = subprocess.run(
+        [str(python), "-c", check + code + "\nprint('quickstart done')"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "quickstart done"
+    proc = subprocess.run(
+        [str(env_dir / "bin" / "aiolock"), "--version"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stdout.strip() == f"aiolock {aiolock.__version__}", proc.stderr

@@ -59,26 +59,32 @@ async def _kill_a_holder(
 ) -> int:
     """Kill -9 a worker while it holds a permit; forget it in the guard set (a dead process
     is nobody's holder). Returns how many of its tasks were inside when it died (0: nobody
-    held a permit for 3 s: a plain semaphore's permits may all have leaked already)."""
+    held a permit for 3 s: a plain semaphore's permits may all have leaked already).
+
+    The worker is frozen (SIGSTOP) before its holders are counted: a task seen inside could
+    otherwise leave and release its permit between the look and the kill. A task leaves the
+    guard set before it releases, so one still in the set of a frozen worker holds its permit."""
     loop = asyncio.get_running_loop()
     until = loop.time() + 3
     while loop.time() < until:
         members = await _members(redis_client, inside)
         for worker in workers:
-            mine = {m for m in members if m.startswith(f"{worker.proc.pid}:")}
-            if mine and worker.proc.returncode is None:
-                worker.kill()
-                await worker.proc.wait()
-                for member in mine:
-                    await redis_client.srem(inside, member)
-                stale = {
-                    m
-                    for m in await _members(redis_client, inside)
-                    if m.startswith(f"{worker.proc.pid}:")
-                }
-                for member in stale:
-                    await redis_client.srem(inside, member)
-                return len(mine | stale)
+            pid = worker.proc.pid
+            if worker.proc.returncode is not None or not any(
+                m.startswith(f"{pid}:") for m in members
+            ):
+                continue
+            os.kill(pid, signal.SIGSTOP)
+            await asyncio.sleep(0.05)  # what it wrote before it froze reaches the server
+            held = {m for m in await _members(redis_client, inside) if m.startswith(f"{pid}:")}
+            if not held:
+                os.kill(pid, signal.SIGCONT)
+                continue
+            worker.kill()
+            await worker.proc.wait()
+            for member in held:
+                await redis_client.srem(inside, member)
+            return len(held)
         await asyncio.sleep(0.01)
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
@@ -228,6 +229,30 @@ async def test_a_stalled_acquire_is_undone_once_the_server_answers(
     await eventually(lambda: not_(redis_client.exists("stalled-undo")), within=5)
     # the undo's own reply is handled a moment after the key is gone
     await eventually(lambda: true(lock.statistics().hold_count == 0), within=5)
+
+
+async def test_a_loop_held_up_past_command_timeout_drops_no_link(redis_url: str) -> None:
+    """A burst of tasks, or a caller blocking the loop, holds the event loop up longer than
+    command_timeout while the commands wait to be flushed and their replies wait unread: that
+    is not the server's delay. No link is dropped, nothing is fenced, every acquire and
+    release gets its answer (on uvloop too, whose due timers run before it polls)."""
+    async with aiolock.from_url(redis_url, command_timeout=1) as client:
+        assert await client.lock("held-up-warm").try_lock()  # the link is open
+        await client.lock("held-up-warm").unlock()
+
+        async def cycle(index: int) -> bool:
+            lock = client.lock(f"held-up-{index}")
+            taken = await lock.try_lock()
+            await lock.unlock()
+            return taken
+
+        cycles = [asyncio.create_task(cycle(index)) for index in range(500)]
+        # every task sends its acquire in the next iteration; then, in that same iteration,
+        # before the commands are flushed, the loop is held up
+        asyncio.get_running_loop().call_soon(time.sleep, 1.5)
+        assert all(await asyncio.gather(*cycles))
+        statistics = client.statistics()
+        assert (statistics.links_opened, statistics.fences) == (1, 0)
 
 
 async def test_redis_py_socket_timeouts_are_not_needed(proxy: TcpProxy) -> None:

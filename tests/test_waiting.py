@@ -336,6 +336,7 @@ async def test_client_alock(
 
 async def test_from_url_passes_redis_options(redis_url: str) -> None:
     async with aiolock.from_url(redis_url, redis_options={"max_connections": 7}) as client:
+        assert isinstance(client.redis, redis.asyncio.Redis)
         assert client.redis.connection_pool.max_connections == 7
         async with client.lock("options"):
             pass

@@ -102,6 +102,7 @@ class Locked(_ReadModifyWrite):
     """
 
     def __init__(self, locks: AioLock, keys: SaleKeys) -> None:
+        assert isinstance(locks.redis, Redis), "the demo runs on one Redis server"
         super().__init__(locks.redis, keys)
         self.locks = locks
 

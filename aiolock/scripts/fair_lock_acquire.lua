@@ -8,6 +8,7 @@
 -- ARGV[3]  wait allowance in ms (0: try once, never wait in line)
 -- ARGV[4]  now: Unix ms on the caller's clock
 -- ARGV[5]  the message that wakes a waiter, "0"
+-- ARGV[6]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  nil when acquired, else the ms (>= 1) after which to try again: the holder's
 --          remaining lease; behind the first in line, at most the caller's allowance (so a
 --          first waiter that died is dropped soon after the lock is free: only it is woken by
@@ -73,7 +74,7 @@ if pttl == -2 then
     end
     if dropped then
         -- the lock is free and the new first in line may not know: wake it
-        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[5])
+        redis.call(ARGV[6], KEYS[4] .. ':' .. head, ARGV[5])
     end
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
     redis.call('hincrby', KEYS[1], owner, 1)

@@ -5,6 +5,7 @@
 -- KEYS[4]  redisson_lock__channel:{name} (waiter W listens on KEYS[4] .. ':' .. W)
 -- ARGV[1]  the message that wakes a waiter, "0"
 -- ARGV[2]  now: Unix ms on the caller's clock
+-- ARGV[3]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  1 if a lock was deleted, 0 if there was none.
 local now = tonumber(ARGV[2])
 local head
@@ -31,6 +32,6 @@ if pttl > 0 then
     end
 end
 if head ~= false then
-    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    redis.call(ARGV[3], KEYS[4] .. ':' .. head, ARGV[1])
 end
 return 1

@@ -7,6 +7,7 @@
 -- ARGV[2]  owner id
 -- ARGV[3]  the waiter's own allowance in ms (what it added to the deadlines behind it)
 -- ARGV[4]  now: Unix ms on the caller's clock
+-- ARGV[5]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  1 if it was in line, 0 if not.
 -- Everyone behind it moves up one place: their deadlines come sooner by its own allowance
 -- (Redisson's asynchronous path subtracts its 5-minute default instead). If it was first in
@@ -50,7 +51,7 @@ if position == 1 and redis.call('exists', KEYS[1]) == 0 then
         redis.call('zrem', KEYS[3], head)
     end
     if head ~= false then
-        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+        redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[1])
     end
 end
 return 1

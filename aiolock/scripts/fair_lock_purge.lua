@@ -7,6 +7,7 @@
 -- ARGV[1]  the unlock message, "0"
 -- ARGV[2]  owner id
 -- ARGV[3]  now: Unix ms on the caller's clock
+-- ARGV[4]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  0 if the owner held nothing; 1 if its counts were removed and others still hold
 --          the lock; 2 if that freed the lock (the first waiter woken).
 -- HDEL comes first, then only deletions and PUBLISH (moving the deadlines is skipped on a
@@ -39,6 +40,6 @@ if pttl > 0 then
     end
 end
 if head ~= false then
-    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    redis.call(ARGV[4], KEYS[4] .. ':' .. head, ARGV[1])
 end
 return 2

@@ -10,6 +10,7 @@
 -- ARGV[4]  now: Unix ms on the caller's clock
 -- ARGV[5]  the owner's count the caller expects (compare and decrement: a release that
 --          arrives late, or twice, finds another count and changes nothing)
+-- ARGV[6]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  nil if the owner holds no count (if the lock is free, the first waiter is woken
 --          anyway); -1 if it holds another count than expected (nothing changed); 0 if holds
 --          remain (count -1); 1 if this was the last hold.
@@ -44,7 +45,7 @@ end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
 if count == nil then
     if head ~= false and redis.call('exists', KEYS[1]) == 0 then
-        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+        redis.call(ARGV[6], KEYS[4] .. ':' .. head, ARGV[1])
     end
     return nil
 end
@@ -72,6 +73,6 @@ if pttl > 0 then
     shift(-pttl)
 end
 if head ~= false then
-    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    redis.call(ARGV[6], KEYS[4] .. ':' .. head, ARGV[1])
 end
 return 1

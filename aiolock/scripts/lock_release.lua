@@ -6,6 +6,7 @@
 -- ARGV[3]  owner id
 -- ARGV[4]  the owner's count the caller expects (compare and decrement: a release that
 --          arrives late, or twice, finds another count and changes nothing)
+-- ARGV[5]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  nil if the owner holds no count; -1 if it holds another count than expected
 --          (nothing changed); 0 if holds remain (count -1); 1 if this was the last hold
 --          (the key deleted and the message published, or only the owner's field if
@@ -31,5 +32,5 @@ if redis.call('hlen', KEYS[1]) > 1 then
     return 1
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(ARGV[5], KEYS[2], ARGV[1])
 return 1

@@ -6,6 +6,7 @@
 -- KEYS[4]  the prefix of every reader's timeout keys, {name}
 -- ARGV[1]  the message, "0"
 -- ARGV[2]  owner id
+-- ARGV[3]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  0 if the owner held no read count; 1 if its holds were removed and the lock is
 --          still held; 2 if that freed the lock (message published).
 -- Only deletions, PTTL/PEXPIRE and PUBLISH: it runs on a server out of memory.
@@ -40,5 +41,5 @@ if redis.call('hlen', KEYS[1]) > 1 then
     end
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(ARGV[3], KEYS[2], ARGV[1])
 return 2

@@ -9,6 +9,7 @@
 -- ARGV[3]  owner id
 -- ARGV[4]  the owner's count the caller expects (compare and decrement: a release that
 --          arrives late, or twice, finds another count and changes nothing)
+-- ARGV[5]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  nil if the owner holds no read count; -1 if it holds another count than
 --          expected (nothing changed); 0 if it still holds some (count -1);
 --          1 if this was its last (the lock's TTL is then the longest remaining read hold's,
@@ -19,7 +20,7 @@
 -- script's first write).
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
-    redis.call('publish', KEYS[2], ARGV[1])
+    redis.call(ARGV[5], KEYS[2], ARGV[1])
     return nil
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
@@ -68,5 +69,5 @@ if redis.call('hlen', KEYS[1]) > 1 then
     end
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(ARGV[5], KEYS[2], ARGV[1])
 return 1

@@ -8,13 +8,14 @@
 -- ARGV[3]  the writer, <owner>:write
 -- ARGV[4]  the writer's count the caller expects (compare and decrement: a release that
 --          arrives late, or twice, finds another count and changes nothing)
+-- ARGV[5]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  nil if it holds no write count; -1 if it holds another count than expected
 --          (nothing changed); 0 if write holds remain (count -1); 1 if this was the last.
 -- The last release deletes before anything that needs memory (on a server out of memory a
 -- downgrade that cannot be written deletes the lock, read holds included: they are lost).
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
-    redis.call('publish', KEYS[2], ARGV[1])
+    redis.call(ARGV[5], KEYS[2], ARGV[1])
     return nil
 end
 if mode ~= 'write' then
@@ -40,5 +41,5 @@ if redis.call('hlen', KEYS[1]) == 1 then
 elseif type(redis.pcall('hset', KEYS[1], 'mode', 'read')) == 'table' then
     redis.call('del', KEYS[1])
 end
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(ARGV[5], KEYS[2], ARGV[1])
 return 1

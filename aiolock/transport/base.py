@@ -29,6 +29,8 @@ class TransportStatistics:
     pubsub_connections_opened: int
     #: dropped links whose requests were fenced (CLIENT KILL) before concluding
     fences: int
+    #: pub/sub connections opened again after one was lost
+    pubsub_reconnects: int = 0
 
 
 class Transport(ABC):

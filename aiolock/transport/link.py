@@ -6,7 +6,9 @@ earlier replies, and matched to their :class:`Call` first-in first-out as replie
 same with a ``sink``: pub/sub messages go to it (channel and payload as bytes, never decoded)
 and everything else is a reply in order (one SUBSCRIBE per channel, so one reply each).
 
-Health: a link whose oldest command waited ``command_timeout`` is dropped; a link silent for
+Health: a link whose oldest command waited ``command_timeout`` (counted from when it was written,
+and looked at once more after the loop has polled the socket, so that time the loop itself was
+held up does not count against the server) is dropped; a link silent for
 ``ping_interval`` is sent a PING (and so dropped if that goes unanswered). A dropped link
 settles every call in flight with :class:`OutcomeUnknown` carrying the link's identity, so the
 owner of the link can fence it (``CLIENT KILL``) before anything is concluded.
@@ -47,6 +49,8 @@ logger = logging.getLogger("aiolock.transport")
 
 Sink = Callable[[bytes, bytes], None]
 _MESSAGE_KINDS: Final = frozenset({b"message", b"smessage"})
+#: how long the health timer waits before its second look at a late command (one loop poll)
+_LOOK_AGAIN: Final = 0.01
 
 
 class ErrorReply(Exception):
@@ -225,6 +229,8 @@ class Link(asyncio.Protocol):
         #: replies of the batch under way, handed out when its marker comes back in place
         self._held: list[tuple[Call, Any]] = []
         self._last_read = self._loop.time()
+        #: the oldest call once the health timer found it late and looked again (see _check)
+        self._looked_again: Call | None = None
         #: set while the socket takes no more writes (flow control)
         self.paused: asyncio.Future[None] | None = None
         self.identity = LinkIdentity(settings.address, None, None)
@@ -361,11 +367,19 @@ class Link(asyncio.Protocol):
         batch, self._batch = self._batch, None
         if batch is None or self.closed:
             return
+        now = self._loop.time()
+        if batch:
+            # A batch's commands are sent now: their time starts now (a loop held up between
+            # queueing and flushing them, by a burst of thousands of tasks, is not the server's
+            # delay; and a lease set by them starts later still, on the server).
+            pending = self._pending
+            for index in range(len(pending) - len(batch), len(pending)):
+                pending[index].sent_at = now
         if self._marked:
             self._marks += 1
             mark = b"\x00aiolock %d" % self._marks
             packed = pack(("PING", mark))
-            self._pending.append(Call(_NO_FUTURE, self._loop.time(), packed, mark))
+            self._pending.append(Call(_NO_FUTURE, now, packed, mark))
             batch.append(packed)
         if batch:
             assert self._transport is not None
@@ -405,6 +419,11 @@ class Link(asyncio.Protocol):
                 except Exception:
                     logger.exception("aiolock: dispatching a pub/sub message failed")
                 return
+            if reply[0] == b"sunsubscribe" and not self._asked_sunsubscribe(reply[1]):
+                # A sharded channel's slot moved away from this node (Redis unsubscribes
+                # its clients unasked): drop the link, so its channels are subscribed again
+                # where their slots are now and their listeners re-check.
+                raise SlotMoved(f"sharded channel {reply[1]!r} moved to another node")
         call = self._pending.popleft()
         parts = call.parts
         if parts is not None:
@@ -443,6 +462,10 @@ class Link(asyncio.Protocol):
         else:
             _hand_out(call, reply)
 
+    def _asked_sunsubscribe(self, channel: Any) -> bool:
+        pending = self._pending
+        return bool(pending) and pending[0].packed == pack(("SUNSUBSCRIBE", channel))
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.close(exc or ConnectionError("the server closed the connection"))
 
@@ -469,7 +492,14 @@ class Link(asyncio.Protocol):
         now = self._loop.time()
         pending = self._pending
         if pending:
-            due = pending[0].sent_at + self._command_timeout
+            oldest = pending[0]
+            due = oldest.sent_at + self._command_timeout
+            if due <= now and self._looked_again is not oldest:
+                # Its reply may be in the socket, unread while the loop was busy (uvloop runs
+                # due timers before it polls): look again once the loop has polled.
+                self._looked_again = oldest
+                self._arm(now + _LOOK_AGAIN)
+                return
             if due <= now:
                 self.close(
                     TimeoutError(f"no reply within {self._command_timeout:g} s (command_timeout)")
@@ -510,6 +540,11 @@ class Link(asyncio.Protocol):
 
 class OutOfStep(Exception):
     """A reply came where another was due: the link is out of step and must be dropped."""
+
+
+class SlotMoved(Exception):
+    """A sharded pub/sub link was unsubscribed by the server: the slot of one of its
+    channels moved to another node."""
 
 
 #: the future of a marker PING (never awaited)

@@ -66,6 +66,15 @@ class SentinelAddress(Resolver):
     def what(self) -> str:
         return f"the master {self.service_name!r} (Sentinel)"
 
+    @property
+    def deployment(self) -> str:
+        """The Sentinels and the service: what tells two Sentinel-managed masters apart."""
+        addresses = []
+        for sentinel in self.pool.sentinel_manager.sentinels:
+            kwargs = sentinel.connection_pool.connection_kwargs
+            addresses.append(f"{kwargs.get('host')}:{kwargs.get('port')}")
+        return f"sentinel {','.join(sorted(addresses))}/{self.service_name}"
+
     async def resolve(self, settings: ServerSettings, deadline: float) -> ServerSettings:
         try:
             async with asyncio.timeout_at(deadline):

@@ -215,6 +215,7 @@ class StandaloneTransport(Transport):
             links_opened=self._connector.opened,
             pubsub_connections_opened=self._subscriber.connections_opened,
             fences=self._fences,
+            pubsub_reconnects=self._subscriber.reconnects,
         )
 
     @property

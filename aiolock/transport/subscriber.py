@@ -76,6 +76,9 @@ class Subscriber:
         )
         self._connecting: asyncio.Task[None] | None = None
         self._closed = False
+        #: connections opened again after a loss (a plain count; metrics read it)
+        self.reconnects = 0
+        self._dropped = False
 
     @property
     def channels(self) -> int:
@@ -140,6 +143,9 @@ class Subscriber:
     def _adopt(self, link: Link) -> None:
         """``link`` is the connection now: subscribe every channel on it."""
         self._link = link
+        if self._dropped:
+            self._dropped = False
+            self.reconnects += 1
         for channel, entry in list(self._channels.items()):
             self._send(link, channel, entry)
 
@@ -161,6 +167,7 @@ class Subscriber:
         self._link = None
         if self._closed:
             return
+        self._dropped = True
         logger.warning("aiolock pub/sub connection to %s lost: %r", link.identity.server, error)
         for entry in list(self._channels.values()):
             entry.listener.on_reset(False)

@@ -1,0 +1,615 @@
+"""The transport of a Redis Cluster: one pipelined command link and one pub/sub link per node.
+
+Topology is redis-py's: the ``redis.asyncio.RedisCluster`` the user passes keeps the slot
+map (``nodes_manager.slots_cache``), follows ``MOVED`` (``nodes_manager.move_slot``) and is
+asked to reload it (``nodes_manager.initialize``) after a failover. Nothing here parses
+``CLUSTER SLOTS``. Each node gets the part-1 :class:`Link` and :class:`Connector`, opened
+with that node's connection settings, and commands go to the master of ``key``'s hash slot.
+
+Redirects, retried within the command's time (``command_timeout`` from its first send):
+
+* ``MOVED`` and ``ASK`` mean the command did not run there: it is sent again at once to the
+  node named (``ASKING`` first, and a script as ``EVAL``, for ``ASK``); ``MOVED`` also
+  updates redis-py's slot map and reloads it in the background.
+* ``TRYAGAIN``, ``CLUSTERDOWN``, ``LOADING``, ``MASTERDOWN`` and ``READONLY`` (a master
+  demoted under us) also mean it did not run: it is sent again after a backoff, the slot map
+  reloaded first.
+* ``NOSCRIPT`` (a promoted replica has an empty script cache) is the link's own fallback to
+  ``EVAL``.
+
+A reply that never came (the link dropped: ``OutcomeUnknown``) is never sent again here; the
+layers above fence it first (:meth:`ClusterTransport.fence`). A node that cannot be reached
+for ``CLIENT KILL`` counts as fenced once the reloaded slot map shows that it serves no slot
+any more: whatever its lost requests did afterwards can never reach the master that serves
+those slots now (a master that lost its slots to a promoted replica stops replicating to it).
+
+Pub/sub: each channel is subscribed on the master of its routing key's slot (classic
+``SUBSCRIBE`` reaches every node, so a subscription stays valid when the slot moves while
+the node lives). When a node's pub/sub connection is lost, its channels are moved to the
+masters that serve their slots once the map says so, and their listeners are told (reset,
+then listening again: waiters re-check).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import MovedError
+
+from ..config import Config
+from ..keys import LATCH_CHANNEL_PREFIX, key_slot
+from .base import Transport, TransportStatistics, wait_call
+from .connector import Connector
+from .link import Call, ErrorReply, Link, LinkIdentity, NotSent, OutcomeUnknown, pack
+from .link import _eval_fallback as eval_fallback
+from .settings import ServerSettings
+from .subscriber import Listener, Subscriber
+
+logger = logging.getLogger("aiolock.transport")
+
+#: error codes meaning "not run here, the command belongs on another node now"
+_REDIRECTS = frozenset({"MOVED", "ASK"})
+#: error codes meaning "not run, try again shortly" (the slot map reloaded first)
+_TRY_AGAIN = frozenset({"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY"})
+#: the most redirects one command follows (as redis-py's RedisCluster)
+MAX_REDIRECTS = 16
+_FENCES_KEPT = 64
+_ASKING = pack(("ASKING",))
+
+
+class _Node:
+    """The links of one cluster node."""
+
+    def __init__(self, transport: ClusterTransport, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.link: Link | None = None
+        config = transport.config
+        what = f"Redis Cluster node {settings.address}"
+
+        async def open_link() -> Link:
+            return await Link.open(
+                settings,
+                command_timeout=config.command_timeout,
+                ping_interval=config.ping_interval,
+            )
+
+        async def open_subscriber_link(
+            sink: Callable[[bytes, bytes], None],
+            on_closed: Callable[[Link, BaseException], None],
+        ) -> Link:
+            return await Link.open(
+                settings,
+                command_timeout=config.command_timeout,
+                ping_interval=config.ping_interval,
+                sink=sink,
+                on_closed=on_closed,
+            )
+
+        self.connector = Connector(open_link, self._adopt, config, what=what)
+        self.subscriber = Subscriber(
+            open_subscriber_link, config, what=what, sharded=transport.sharded
+        )
+        #: with sharded pub/sub, the classic subscriber of channels that scripts cannot
+        #: SPUBLISH to (a latch channel outside its count's slot; see aiolock.latch)
+        self.classic = (
+            Subscriber(open_subscriber_link, config, what=what) if transport.sharded else None
+        )
+
+    def subscribers(self) -> list[Subscriber]:
+        return [self.subscriber] if self.classic is None else [self.subscriber, self.classic]
+
+    def subscriber_for(self, channel: bytes) -> Subscriber:
+        if self.classic is not None and _classic_only(channel):
+            return self.classic
+        return self.subscriber
+
+    def _adopt(self, link: Link) -> None:
+        self.link = link
+
+    def ready_link(self) -> Link | None:
+        link = self.link
+        if link is None or link.closed or link.paused is not None:
+            return None
+        return link
+
+    async def aclose(self) -> None:
+        await self.connector.aclose()
+        for subscriber in self.subscribers():
+            await subscriber.aclose()
+        link, self.link = self.link, None
+        if link is not None:
+            link.close(NotSent("the client is closed"))
+
+
+class _Routed:
+    """A channel's listener, with the node it is subscribed on (a Listener itself)."""
+
+    __slots__ = ("channel", "key", "listener", "listening", "node", "reroute")
+
+    def __init__(self, channel: bytes, key: str, listener: Listener, node: _Node) -> None:
+        self.channel = channel
+        self.key = key
+        self.listener = listener
+        self.node = node
+        self.listening = True
+        self.reroute: Callable[[], None] | None = None
+
+    def on_message(self, data: bytes) -> None:
+        self.listener.on_message(data)
+
+    def on_reset(self, listening: bool) -> None:
+        self.listening = listening
+        self.listener.on_reset(listening)
+        if not listening and self.reroute is not None:
+            self.reroute()
+
+
+class ClusterTransport(Transport):
+    """Commands routed by hash slot over one link per master (see the module docstring)."""
+
+    def __init__(self, cluster: RedisCluster, config: Config) -> None:
+        self.cluster = cluster
+        self.config = config
+        self._nodes: dict[str, _Node] = {}
+        self._ready = False
+        self._starting: asyncio.Task[None] | None = None
+        self._refreshing: asyncio.Task[None] | None = None
+        self._refreshed_at = -1e9
+        self._rerouting: asyncio.Task[None] | None = None
+        self._routed: dict[bytes, _Routed] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._fenced: dict[LinkIdentity, None] = {}
+        self._fences = 0
+        self._redirects = 0
+        self._closed = False
+        #: whether pub/sub is sharded (SSUBSCRIBE/SPUBLISH); known once the map is loaded
+        self.sharded = bool(config.sharded_pubsub)
+
+    def __repr__(self) -> str:
+        return f"<ClusterTransport {len(self._nodes)} nodes>"
+
+    # -- topology (redis-py's) ------------------------------------------------------------------
+
+    async def _start(self, deadline: float | None) -> None:
+        """Load the slot map once (``RedisCluster.initialize``), by ``deadline``."""
+        if self._ready:
+            return
+        if self._starting is None:
+            self._starting = self._spawn(self._initialize())
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.shield(self._starting)
+        except TimeoutError:
+            raise NotSent(
+                "no answer from the Redis Cluster in time (loading its slot map)"
+            ) from None
+        except NotSent:
+            raise
+        except Exception as exc:
+            raise NotSent(f"cannot load the Redis Cluster's slot map: {exc!r}") from exc
+
+    async def _initialize(self) -> None:
+        try:
+            await self.cluster.initialize()
+            if self.config.sharded_pubsub is None:
+                self.sharded = await self._probe_sharded()
+            self._ready = True
+        finally:
+            self._starting = None
+
+    async def _probe_sharded(self) -> bool:
+        """Redisson's probe: sharded pub/sub if ``PUBSUB SHARDNUMSUB 0`` is understood."""
+        masters = [nodes[0] for nodes in self.cluster.nodes_manager.slots_cache.values() if nodes]
+        if not masters:
+            raise NotSent("the Redis Cluster serves no slot")
+        settings = ServerSettings.from_kwargs(
+            masters[0].connection_class, masters[0].connection_kwargs
+        )
+        link = await Link.open(
+            settings,
+            command_timeout=self.config.command_timeout,
+            ping_interval=self.config.ping_interval,
+        )
+        try:
+            deadline = asyncio.get_running_loop().time() + self.config.command_timeout
+            reply = await wait_call(link.send(pack(("PUBSUB", "SHARDNUMSUB", "0"))), deadline)
+        finally:
+            link.close()
+        if isinstance(reply, OutcomeUnknown):
+            raise NotSent(f"probing sharded pub/sub: {reply}")
+        return isinstance(reply, list)
+
+    def refresh(self) -> asyncio.Task[None]:
+        """Reload the slot map in the background (one reload at a time, at most one per
+        ``reconnect_delay``); returns the reload under way."""
+        task = self._refreshing
+        if task is None:
+            task = self._refreshing = self._spawn(self._refresh())
+        return task
+
+    async def _refresh(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            pause = self._refreshed_at + self.config.reconnect_delay - loop.time()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            async with asyncio.timeout(self.config.command_timeout):
+                await self.cluster.nodes_manager.initialize()
+        except Exception as exc:
+            logger.debug("aiolock: reloading the cluster slot map failed: %r", exc)
+        finally:
+            self._refreshed_at = loop.time()
+            self._refreshing = None
+
+    def _master(self, slot: int) -> ClusterNode | None:
+        nodes = self.cluster.nodes_manager.slots_cache.get(slot)
+        return nodes[0] if nodes else None
+
+    def _node_for(self, key: str | None) -> _Node | None:
+        """The node serving ``key``'s slot (any master for None); None before the map is
+        loaded."""
+        if key is None:
+            masters = [
+                nodes[0] for nodes in self.cluster.nodes_manager.slots_cache.values() if nodes
+            ]
+            found = masters[0] if masters else None
+        else:
+            found = self._master(key_slot(key))
+        if found is None:
+            return None
+        return self._node(found)
+
+    def _node(self, found: ClusterNode) -> _Node:
+        node = self._nodes.get(found.name)
+        if node is None:
+            settings = ServerSettings.from_kwargs(found.connection_class, found.connection_kwargs)
+            node = self._nodes[found.name] = _Node(self, settings)
+        return node
+
+    def _node_at(self, host: str, port: int) -> _Node:
+        name = f"{host}:{port}"
+        node = self._nodes.get(name)
+        if node is None:
+            known = self.cluster.nodes_manager.get_node(host, port)
+            if known is not None:
+                return self._node(known)
+            base = next(iter(self._nodes.values())).settings if self._nodes else None
+            settings = base.at(host, port) if base else ServerSettings(host, port)
+            node = self._nodes[name] = _Node(self, settings)
+        return node
+
+    def _serves_slots(self, server: str) -> bool:
+        """Whether ``server`` (host:port) is the master of any slot in the slot map."""
+        return any(
+            nodes and nodes[0].name == server
+            for nodes in self.cluster.nodes_manager.slots_cache.values()
+        )
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def send_now(self, packed: bytes, *, key: str | None) -> Call | None:
+        if not self._ready:
+            return None
+        node = self._node_for(key)
+        if node is None:
+            return None
+        link = node.ready_link()
+        if link is None:
+            return None
+        if self.sharded:
+            packed = to_sharded(packed)
+        return self._follow(link.send(packed), packed, key)
+
+    async def send(self, packed: bytes, *, key: str | None, deadline: float | None = None) -> Call:
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = loop.time() + self.config.command_timeout
+        link = await self._link_for(key, deadline)
+        if self.sharded:
+            packed = to_sharded(packed)
+        return self._follow(link.send(packed), packed, key)
+
+    async def _link_for(self, key: str | None, deadline: float) -> Link:
+        """An open link to the node serving ``key``, by ``deadline``. A node that cannot be
+        reached has the slot map reloaded (it may have failed over) and is tried again."""
+        if self._closed:
+            raise NotSent("the client is closed")
+        await self._start(deadline)
+        loop = asyncio.get_running_loop()
+        while True:
+            node = self._node_for(key)
+            if node is None:
+                await self.refresh()
+                node = self._node_for(key)
+                if node is None:
+                    raise NotSent("the Redis Cluster serves no slot for this key")
+            link = node.link
+            if link is not None and not link.closed:
+                if link.paused is not None:
+                    await link.drain()
+                return link
+            try:
+                return await node.connector.connect(deadline)
+            except NotSent:
+                if self._closed or loop.time() >= deadline:
+                    raise
+                # Failed over? Reload the map (one reload at a time), and while it still
+                # names this node, try again after a backoff within the caller's time.
+                await asyncio.shield(self.refresh())
+                if self._node_for(key) is node:
+                    delay = min(self.config.reconnect_max_delay, deadline - loop.time())
+                    if delay <= 0:
+                        raise
+                    await asyncio.sleep(min(delay, max(self.config.reconnect_delay, 0.1)))
+
+    def _follow(self, first: Call, packed: bytes, key: str | None) -> Call:
+        """A call that settles with the reply of ``first`` or, when that is a redirect, of
+        the command sent again where the cluster says (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        outer = Call(loop.create_future(), first.sent_at, packed)
+        until = first.sent_at + self.config.command_timeout
+        hops = 0
+
+        def arrived(future: asyncio.Future[Any]) -> None:
+            nonlocal hops
+            reply = future.result()
+            if type(reply) is not ErrorReply or self._closed:
+                outer.settle(reply)
+                return
+            code = reply.code
+            if code not in _REDIRECTS and code not in _TRY_AGAIN:
+                outer.settle(reply)
+                return
+            hops += 1
+            if hops > MAX_REDIRECTS or loop.time() >= until:
+                outer.settle(reply)
+                return
+            self._redirects += 1
+            self._spawn(resend(reply, code))
+
+        async def resend(reply: ErrorReply, code: str) -> None:
+            try:
+                command = packed
+                if code in _REDIRECTS:
+                    _, slot, address = str(reply).split(" ", 2)
+                    host, _, port = address.rpartition(":")
+                    node = self._node_at(host, int(port))
+                    if code == "MOVED":
+                        error = MovedError(f"{slot} {address}")
+                        with contextlib.suppress(Exception):
+                            await self.cluster.nodes_manager.move_slot(error)
+                        self.refresh()
+                    link = node.link
+                    if link is None or link.closed:
+                        link = await node.connector.connect(until)
+                    elif link.paused is not None:
+                        await link.drain()
+                    if code == "ASK":
+                        # One ASKING, then the command, on the same link; a script as
+                        # EVAL (the importing node may not have it cached, and a NOSCRIPT
+                        # retry would go without the ASKING).
+                        link.send(_ASKING)
+                        command = eval_fallback(packed) or packed
+                else:
+                    await asyncio.shield(self.refresh())
+                    delay = self.config.reconnect_delay * 2 ** min(hops, 6)
+                    await asyncio.sleep(min(delay, self.config.reconnect_max_delay))
+                    link = await self._link_for(key, until)
+                call = link.send(command)
+            except (NotSent, ValueError) as exc:
+                # Not sent again: the last reply stands (the command did not run).
+                logger.debug("aiolock: following %s failed: %r", code, exc)
+                outer.settle(reply)
+                return
+            except BaseException:
+                outer.settle(reply)  # closing: not sent again
+                raise
+            call.future.add_done_callback(arrived)
+
+        first.future.add_done_callback(arrived)
+        return outer
+
+    async def fence(self, lost: OutcomeUnknown, deadline: float | None) -> bool:
+        identity = lost.link
+        if identity is None:
+            return False
+        if identity in self._fenced:
+            return True
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = loop.time() + self.config.command_timeout
+        host, _, port = identity.server.rpartition(":")
+        node = self._node_at(host, int(port))
+        fenced = False
+        if identity.client_id is not None:
+            command: tuple[object, ...] = ("CLIENT", "KILL", "ID", identity.client_id)
+            if identity.addr:
+                command += ("ADDR", identity.addr)
+            try:
+                link = node.link
+                if link is None or link.closed:
+                    link = await node.connector.connect(deadline)
+                reply = await wait_call(link.send(pack(command)), deadline)
+                fenced = isinstance(reply, int)
+            except (NotSent, TimeoutError):
+                pass
+        if not fenced:
+            # Unreachable: fenced by failover once it serves no slot any more.
+            await asyncio.shield(self.refresh())
+            fenced = self._ready and not self._serves_slots(identity.server)
+        if fenced:
+            self._fences += 1
+            self._fenced[identity] = None
+            while len(self._fenced) > _FENCES_KEPT:
+                del self._fenced[next(iter(self._fenced))]
+        return fenced
+
+    def batch_key(self, key: str) -> Hashable:
+        return key_slot(key)
+
+    # -- pub/sub --------------------------------------------------------------------------------
+
+    def subscribe(self, channel: bytes, listener: Listener, *, key: str) -> asyncio.Future[None]:
+        if self._closed:
+            raise NotSent("the client is closed")
+        node = self._node_for(key) if self._ready else None
+        if node is None:
+            raise NotSent("the Redis Cluster's slot map is not loaded yet")
+        routed = self._routed.get(channel)
+        if routed is not None:
+            routed.node.subscriber_for(channel).unsubscribe(channel)
+        routed = self._routed[channel] = _Routed(channel, key, listener, node)
+        routed.reroute = self._reroute
+        return node.subscriber_for(channel).subscribe(channel, routed)
+
+    def unsubscribe(self, channel: bytes, *, key: str) -> None:
+        routed = self._routed.pop(channel, None)
+        if routed is not None:
+            routed.node.subscriber_for(channel).unsubscribe(channel)
+
+    def _reroute(self) -> None:
+        if self._rerouting is None and not self._closed:
+            self._rerouting = self._spawn(self._reroute_lost())
+
+    async def _reroute_lost(self) -> None:
+        """While some channel's pub/sub connection is lost: reload the slot map and move
+        each such channel to the master now serving its slot."""
+        delay = self.config.reconnect_delay
+        try:
+            while not self._closed and any(not r.listening for r in self._routed.values()):
+                await self.refresh()
+                for channel, routed in list(self._routed.items()):
+                    if routed.listening:
+                        continue
+                    node = self._node_for(routed.key)
+                    if node is None or node is routed.node:
+                        continue
+                    routed.node.subscriber_for(channel).unsubscribe(channel)
+                    routed.node = node
+                    confirmed = node.subscriber.subscribe(channel, routed)
+                    confirmed.add_done_callback(_moved(routed))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.reconnect_max_delay)
+        finally:
+            self._rerouting = None
+
+    # -- the rest -------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def statistics(self) -> TransportStatistics:
+        links = in_flight = channels = opened = pubsub_opened = reconnects = 0
+        for node in self._nodes.values():
+            link = node.link
+            if link is not None and not link.closed:
+                links += 1
+                in_flight += link.in_flight
+            channels += sum(subscriber.channels for subscriber in node.subscribers())
+            opened += node.connector.opened
+            pubsub_opened += sum(s.connections_opened for s in node.subscribers())
+            reconnects += sum(s.reconnects for s in node.subscribers())
+        return TransportStatistics(
+            links=links,
+            commands_in_flight=in_flight,
+            subscriptions=channels,
+            links_opened=opened,
+            pubsub_connections_opened=pubsub_opened,
+            fences=self._fences,
+            pubsub_reconnects=reconnects,
+        )
+
+    @property
+    def redirects(self) -> int:
+        """Replies followed to another node or tried again (MOVED, ASK, TRYAGAIN, ...)."""
+        return self._redirects
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def aclose(self) -> None:
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for node in list(self._nodes.values()):
+            await node.aclose()
+        self._routed.clear()
+
+
+_LATCH_PREFIX = LATCH_CHANNEL_PREFIX.encode()
+_PUBLISH = b"$7\r\nPUBLISH\r\n"
+_LAST_PUBLISH = b"\r\n" + _PUBLISH
+_SPUBLISH = b"$8\r\nSPUBLISH\r\n"
+_SCRIPT_RUNS = frozenset({b"EVALSHA", b"EVAL", b"evalsha", b"eval"})
+
+
+def _classic_only(channel: bytes) -> bool:
+    """A latch channel outside its count's slot: published with classic PUBLISH (see
+    aiolock.latch), so listened to with classic SUBSCRIBE."""
+    if not channel.startswith(_LATCH_PREFIX):
+        return False
+    name = channel[len(_LATCH_PREFIX) + 1 : -1]
+    return key_slot(name) != key_slot(channel)
+
+
+def to_sharded(packed: bytes) -> bytes:
+    """A script run (EVALSHA/EVAL) with every ``PUBLISH`` argument (ARGV, never a key)
+    made ``SPUBLISH``: scripts take the publish command as an argument, as Redisson's do."""
+    if _PUBLISH not in packed:
+        return packed
+    if packed.endswith(_LAST_PUBLISH) and packed.count(b"PUBLISH") == 1:
+        # The lock scripts' case: the publish command is the last argument. It is an ARGV,
+        # not a key, if there are more arguments than keys.
+        first = packed.index(b"\r\n")
+        pos = first + 2
+        values: list[bytes] = []
+        for _ in range(3):  # the command, the script (or its sha), numkeys
+            end = packed.index(b"\r\n", pos)
+            start = end + 2
+            stop = start + int(packed[pos + 1 : end])
+            values.append(packed[start:stop])
+            pos = stop + 2
+        if values[0] in _SCRIPT_RUNS and int(values[2]) < int(packed[1:first]) - 3:
+            return packed[: -len(_PUBLISH)] + _SPUBLISH
+    pos = packed.index(b"\r\n") + 2
+    count = int(packed[1 : pos - 2])
+    items: list[tuple[int, int, int]] = []  # (header start, value start, value end)
+    for _ in range(count):
+        end = packed.index(b"\r\n", pos)
+        start = end + 2
+        stop = start + int(packed[pos + 1 : end])
+        items.append((pos, start, stop))
+        pos = stop + 2
+    if count < 3 or packed[items[0][1] : items[0][2]] not in _SCRIPT_RUNS:
+        return packed
+    numkeys = int(packed[items[2][1] : items[2][2]])
+    parts: list[bytes] = []
+    last = 0
+    for header, start, stop in items[3 + numkeys :]:
+        if packed[start:stop] == b"PUBLISH":
+            parts += (packed[last:header], _SPUBLISH)
+            last = stop + 2
+    if not parts:
+        return packed
+    parts.append(packed[last:])
+    return b"".join(parts)
+
+
+def _moved(routed: _Routed) -> Callable[[asyncio.Future[None]], None]:
+    def done(future: asyncio.Future[None]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            routed.on_reset(True)  # subscribed on the new node: waiters re-check
+
+    return done
