@@ -259,3 +259,11 @@ async def test_20_concurrent_acquires_with_a_frozen_replica(
         replica.resume()
     async with client.lock("acks:many:0"):
         pass
+
+
+async def test_replica_acks_are_refused_on_a_cluster() -> None:
+    """Not supported on a Redis Cluster yet: refused before any I/O."""
+    cluster = redis.asyncio.RedisCluster(host="127.0.0.1", port=1)
+    with pytest.raises(ValueError, match="not supported on a Redis Cluster"):
+        aiolock.AioLock(cluster, config=aiolock.Config(replica_acks=1))
+    await cluster.aclose()
