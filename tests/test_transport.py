@@ -9,10 +9,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import redis.asyncio
+from redis.credentials import CredentialProvider
 
 import aiolock
 from aiolock.testing import RedisServer, TcpProxy, acl_user, exhaust_connections
-from aiolock.transport import OutcomeUnknown, ServerSettings, StandaloneTransport, pack
+from aiolock.transport import (
+    Link,
+    NotSent,
+    OutcomeUnknown,
+    ServerSettings,
+    StandaloneTransport,
+    pack,
+)
 from tests.sync_helpers import true
 
 COMMAND_TIMEOUT = 0.5
@@ -143,6 +151,46 @@ def fresh_server_maxclients() -> Iterator[RedisServer]:
         pytest.skip("needs its own redis-server")
     with RedisServer(["--maxclients", "8"]) as server:
         yield server
+
+
+class _SlowCredentials(CredentialProvider):
+    """Credentials that take a moment: the handshake is sent only after them."""
+
+    def get_credentials(self) -> tuple[str]:
+        return ("secret",)
+
+    async def get_credentials_async(self) -> tuple[str]:
+        await asyncio.sleep(0.2)
+        return ("secret",)
+
+
+async def test_a_refusal_written_before_the_handshake_is_the_error() -> None:
+    """Redis at maxclients writes -ERR max number of clients reached on accept and closes.
+    Read before any command was sent (uvloop, a loaded machine), that reply was taken for one
+    to a command: the link dropped with IndexError('pop from an empty deque'), and the
+    server's reason was lost. The refusal itself is now the error."""
+
+    served = asyncio.Event()
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write(b"-ERR max number of clients reached\r\n")
+            await reader.read()  # left open until the client drops it: the error comes first
+            writer.close()
+            await writer.wait_closed()
+        finally:
+            served.set()
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    settings = ServerSettings("127.0.0.1", port, credential_provider=_SlowCredentials())
+    try:
+        with pytest.raises(NotSent, match="max number of clients"):
+            await Link.open(settings, command_timeout=5, ping_interval=5)
+        await asyncio.wait_for(served.wait(), 10)
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_a_subscription_refused_by_an_acl_is_a_clear_error(redis_url: str) -> None:

@@ -347,6 +347,13 @@ class Link(asyncio.Protocol):
                 except Exception:
                     logger.exception("aiolock: dispatching a pub/sub message failed")
                 return
+        if not self._pending:
+            # Nothing was asked. A server speaks first only to refuse the connection as it
+            # closes it (-ERR max number of clients reached, written on accept, which can
+            # arrive before the handshake is sent): that error is why the link is dropped.
+            if type(reply) is ErrorReply:
+                raise reply
+            raise OutOfStep(f"a reply nobody asked for: {reply!r}")
         call = self._pending.popleft()
         mark = call.mark
         if mark is not None:
