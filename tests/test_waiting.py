@@ -92,7 +92,8 @@ async def test_waiters_do_not_poll(
     await redis_client.config_resetstat()
     waiters = Waiters(lock)
     waiters.start(10)
-    await asyncio.sleep(0.3)
+    # all 10 parked (a loaded machine may take longer than a fixed 0.3 s to get there)
+    await eventually(lambda: _true(lock.statistics().tasks_waiting == 10))
     settled = await script_calls(redis_client)
     assert settled <= 10 * 2  # a try before and after subscribing, at most
     await asyncio.sleep(2)
