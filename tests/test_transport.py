@@ -295,8 +295,8 @@ async def test_a_silent_link_is_pinged_and_replaced(proxy: TcpProxy) -> None:
     async with aiolock.from_url(proxy.url, command_timeout=0.3, ping_interval=0.2) as client:
         assert not await client.lock("silent").is_locked()
         proxy.blackhole_replies()
-        await asyncio.sleep(0.2 + 0.3 + SLACK)  # a PING unanswered: dropped
-        assert client.statistics().links == 0
+        # a PING unanswered (0.2 + 0.3 s): dropped, soon after on a loaded machine
+        await eventually(lambda: true(client.statistics().links == 0), within=5)
         proxy.pass_through()
         assert not await client.lock("silent").is_locked()  # a new link
         assert client.statistics().links_opened == 2
