@@ -225,7 +225,12 @@ async def test_on_lost_needs_a_hold(client: aiolock.AioLock) -> None:
 async def test_10000_locks_stay_held_for_three_renewal_periods(
     make_client: Callable[..., aiolock.AioLock], redis_client: redis.asyncio.Redis
 ) -> None:
-    client = make_client(watchdog_timeout=1.5)
+    # A 6 s lease renewed every 2 s: 10,000 renewals per period are work for the loop, and on
+    # a loaded machine a 1.5 s lease (renewed every 0.5 s) ran out before some were renewed,
+    # or before some acquires' replies were read (a grant after its own lease is no grant).
+    watchdog_timeout = 6
+    period = watchdog_timeout / 3
+    client = make_client(watchdog_timeout=watchdog_timeout)
     names = [f"many:{i}" for i in range(10_000)]
 
     async def take(chunk: list[str]) -> None:
@@ -235,7 +240,7 @@ async def test_10000_locks_stay_held_for_three_renewal_periods(
 
     await asyncio.gather(*(take(names[i::100]) for i in range(100)))
     calls_before = client.statistics().renewal_calls
-    await asyncio.sleep(3 * 0.5 + 0.2)
+    await asyncio.sleep(3 * period + 0.2)
     assert await redis_client.dbsize() == 10_000
     stats = client.statistics()
     assert stats.holds["held"] == 10_000
