@@ -453,7 +453,8 @@ class WatchProcess:
 
     async def interrupt(self) -> tuple[int, str, str]:
         self.proc.send_signal(signal.SIGINT)
-        out, err = await asyncio.wait_for(self.proc.communicate(), 10)
+        # a hang guard: on a loaded machine the process took over 10 s to wind down and exit
+        out, err = await asyncio.wait_for(self.proc.communicate(), 30)
         rest = out.decode().splitlines()
         self.lines += rest
         assert self.proc.returncode is not None
