@@ -412,10 +412,17 @@ async def test_aclose_during_a_connect_leaks_nothing(redis_server: RedisServer) 
         assert (stats.links, stats.background_tasks) == (0, 0)
     finally:
         redis_server.resume()
-    await asyncio.sleep(0.1)
-    with redis.Redis.from_url(redis_server.url) as admin:  # the server saw it closed
-        names = [c.get("name") for c in admin.client_list()]
-    assert len(names) == 1  # only the admin connection
+
+    def connections() -> int:
+        with redis.Redis.from_url(redis_server.url) as admin:
+            return len(admin.client_list())
+
+    async def only_the_admins() -> bool:
+        return await asyncio.to_thread(connections) == 1
+
+    # the server saw it closed: it handles the close once resumed (not within a fixed 0.1 s
+    # on a loaded machine)
+    await eventually(only_the_admins, within=5)
 
 
 async def test_a_short_outage_does_not_use_up_every_retry(fresh_server: RedisServer) -> None:
