@@ -93,7 +93,8 @@ async def test_killed_holder_frees_the_lock_after_its_lease(
     started = asyncio.get_running_loop().time()
     assert await lock.try_lock(wait_time=10)
     waited = asyncio.get_running_loop().time() - started
-    assert waited < 1 + 1.5, waited  # watchdog_timeout + a margin, not forever
+    # watchdog_timeout + a margin for a loaded machine, not forever (nor wait_time's 10 s)
+    assert waited < 1 + 4, waited
 
 
 async def test_paused_holder_learns_it_lost_the_lock(
