@@ -13,13 +13,35 @@ for module in ("rich", "matplotlib", "uvloop"):
     pytest.importorskip(module, reason="the bench extra is not installed: pip install '.[bench]'")
 
 ROOT = Path(__file__).resolve().parent.parent
+# The --quick runs take well under the default 60 s timeout on an idle machine and more on a
+# loaded 2-core one: a hang guard of their own.
+BENCH_TIMEOUT = 300
 
 
-async def test_benchmark_command_writes_results(redis_url: str, tmp_path: Path) -> None:
+async def run_benchmarks(*args: str) -> tuple[int | None, bytes]:
+    """``python -m benchmarks *args``: its exit code and output. Killed if the test ends
+    first (its timeout), so no running process is left to the tests after it."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "benchmarks",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.communicate()
+    return proc.returncode, out
+
+
+@pytest.mark.timeout(BENCH_TIMEOUT)
+async def test_benchmark_command_writes_results(redis_url: str, tmp_path: Path) -> None:
+    returncode, out = await run_benchmarks(
         "--quick",
         "--loop",
         "asyncio",
@@ -31,12 +53,8 @@ async def test_benchmark_command_writes_results(redis_url: str, tmp_path: Path) 
         redis_url,
         "--output-dir",
         str(tmp_path),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
     )
-    out, _ = await proc.communicate()
-    assert proc.returncode == 0, out.decode()[-3000:]
+    assert returncode == 0, out.decode()[-3000:]
     report = json.loads((tmp_path / "latest.json").read_text())
     assert (tmp_path / "latest.png").stat().st_size > 0
     scenarios = {result["scenario"]: result for result in report["results"]}
@@ -49,11 +67,9 @@ async def test_benchmark_command_writes_results(redis_url: str, tmp_path: Path) 
     assert set(cycles["acquire+release cycles/s"]["values"]) >= {"aiolock", "floor", "redis-py"}
 
 
+@pytest.mark.timeout(BENCH_TIMEOUT)
 async def test_fair_and_rwlock_scenarios_report_ratios(redis_url: str, tmp_path: Path) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "benchmarks",
+    returncode, out = await run_benchmarks(
         "--quick",
         "--loop",
         "asyncio",
@@ -66,12 +82,8 @@ async def test_fair_and_rwlock_scenarios_report_ratios(redis_url: str, tmp_path:
         redis_url,
         "--output-dir",
         str(tmp_path),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
     )
-    out, _ = await proc.communicate()
-    assert proc.returncode == 0, out.decode()[-3000:]
+    assert returncode == 0, out.decode()[-3000:]
     report = json.loads((tmp_path / "latest.json").read_text())
     scenarios = {result["scenario"]: result for result in report["results"]}
     assert set(scenarios) == {"fair", "rwlock"}

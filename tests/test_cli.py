@@ -22,6 +22,7 @@ import redis.asyncio
 import aiolock
 from aiolock.cli import build_parser, main
 from tests.peers import Peers
+from tests.sync_helpers import eventually, true
 
 # Owner ids as a Redisson client writes them: <client uuid>:<thread id>.
 JAVA = "6e3d30b7-83b1-433a-9335-5e8b9916d3ac"
@@ -166,7 +167,8 @@ async def test_inspect_shows_locks_held_by_aiolock(redis_url: str, r: redis.Redi
         fenced = holder.fenced_lock("ledger")
         token = await fenced.lock_and_get_token(lease_time=20)
         waiter = asyncio.create_task(take_and_release(other.lock("orders:42"), wait_time=20))
-        await asyncio.sleep(0.3)  # the waiter has subscribed to the lock's channel
+        # the waiter has subscribed to the lock's channel and parked
+        await eventually(lambda: true(other.statistics().tasks_waiting == 1))
 
         found = await inspect_json_async(redis_url)
 
@@ -316,7 +318,7 @@ async def test_unlock_force_yes_frees_an_aiolock_lock_and_wakes_its_waiter(
     async with aiolock.from_url(redis_url) as holder, aiolock.from_url(redis_url) as other:
         await holder.lock("stuck").lock()  # a 30 s lease, renewed by the watchdog
         waiter = asyncio.create_task(take_and_release(other.lock("stuck"), wait_time=25))
-        await asyncio.sleep(0.3)
+        await eventually(lambda: true(other.statistics().tasks_waiting == 1))  # parked
         assert not waiter.done()
 
         started = time.monotonic()
@@ -452,7 +454,8 @@ class WatchProcess:
 
     async def interrupt(self) -> tuple[int, str, str]:
         self.proc.send_signal(signal.SIGINT)
-        out, err = await asyncio.wait_for(self.proc.communicate(), 10)
+        # a hang guard: on a loaded machine the process took over 10 s to wind down and exit
+        out, err = await asyncio.wait_for(self.proc.communicate(), 30)
         rest = out.decode().splitlines()
         self.lines += rest
         assert self.proc.returncode is not None

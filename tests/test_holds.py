@@ -501,7 +501,9 @@ async def test_a_wake_up_that_comes_as_the_wait_ends_is_passed_on(
     time.sleep(0.06)  # noqa: ASYNC251 (the loop is busy as the message and the deadline arrive)
     await first
     assert await second
-    assert loop.time() - released < 2
+    # at once, not when the old holder's 30 s lease would have run out (room for a loaded
+    # machine: the bound rules out 30 s, not 2)
+    assert loop.time() - released < 10
 
 
 async def test_a_grant_arriving_while_the_client_closes_is_given_back(

@@ -10,10 +10,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import redis.asyncio
+from redis.credentials import CredentialProvider
 
 import aiolock
 from aiolock.testing import RedisServer, TcpProxy, acl_user, exhaust_connections
-from aiolock.transport import OutcomeUnknown, ServerSettings, StandaloneTransport, pack
+from aiolock.transport import (
+    Link,
+    NotSent,
+    OutcomeUnknown,
+    ServerSettings,
+    StandaloneTransport,
+    pack,
+)
 from tests.sync_helpers import true
 
 COMMAND_TIMEOUT = 0.5
@@ -146,6 +154,46 @@ def fresh_server_maxclients() -> Iterator[RedisServer]:
         yield server
 
 
+class _SlowCredentials(CredentialProvider):
+    """Credentials that take a moment: the handshake is sent only after them."""
+
+    def get_credentials(self) -> tuple[str]:
+        return ("secret",)
+
+    async def get_credentials_async(self) -> tuple[str]:
+        await asyncio.sleep(0.2)
+        return ("secret",)
+
+
+async def test_a_refusal_written_before_the_handshake_is_the_error() -> None:
+    """Redis at maxclients writes -ERR max number of clients reached on accept and closes.
+    Read before any command was sent (uvloop, a loaded machine), that reply was taken for one
+    to a command: the link dropped with IndexError('pop from an empty deque'), and the
+    server's reason was lost. The refusal itself is now the error."""
+
+    served = asyncio.Event()
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write(b"-ERR max number of clients reached\r\n")
+            await reader.read()  # left open until the client drops it: the error comes first
+            writer.close()
+            await writer.wait_closed()
+        finally:
+            served.set()
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    settings = ServerSettings("127.0.0.1", port, credential_provider=_SlowCredentials())
+    try:
+        with pytest.raises(NotSent, match="max number of clients"):
+            await Link.open(settings, command_timeout=5, ping_interval=5)
+        await asyncio.wait_for(served.wait(), 10)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 async def test_a_subscription_refused_by_an_acl_is_a_clear_error(redis_url: str) -> None:
     """An ACL user with every key and command but no channel: the -NOPERM answer to
     SUBSCRIBE reaches the waiter as SubscriptionError, at once."""
@@ -157,8 +205,8 @@ async def test_a_subscription_refused_by_an_acl_is_a_clear_error(redis_url: str)
             assert await holder.lock("acl").try_lock(lease_time=30)
             started = now()
             with pytest.raises(aiolock.SubscriptionError, match="NOPERM"):
-                await waiter.lock("acl").try_lock(wait_time=1)
-            assert elapsed_since(started) < 1
+                await waiter.lock("acl").try_lock(wait_time=10)
+            assert elapsed_since(started) < 5  # at once, not after waiting out wait_time
 
 
 # -- 4. every call has a bound ---------------------------------------------------------------------
@@ -272,8 +320,8 @@ async def test_a_silent_link_is_pinged_and_replaced(proxy: TcpProxy) -> None:
     async with aiolock.from_url(proxy.url, command_timeout=0.3, ping_interval=0.2) as client:
         assert not await client.lock("silent").is_locked()
         proxy.blackhole_replies()
-        await asyncio.sleep(0.2 + 0.3 + SLACK)  # a PING unanswered: dropped
-        assert client.statistics().links == 0
+        # a PING unanswered (0.2 + 0.3 s): dropped, soon after on a loaded machine
+        await eventually(lambda: true(client.statistics().links == 0), within=5)
         proxy.pass_through()
         assert not await client.lock("silent").is_locked()  # a new link
         assert client.statistics().links_opened == 2
@@ -389,10 +437,17 @@ async def test_aclose_during_a_connect_leaks_nothing(redis_server: RedisServer) 
         assert (stats.links, stats.background_tasks) == (0, 0)
     finally:
         redis_server.resume()
-    await asyncio.sleep(0.1)
-    with redis.Redis.from_url(redis_server.url) as admin:  # the server saw it closed
-        names = [c.get("name") for c in admin.client_list()]
-    assert len(names) == 1  # only the admin connection
+
+    def connections() -> int:
+        with redis.Redis.from_url(redis_server.url) as admin:
+            return len(admin.client_list())
+
+    async def only_the_admins() -> bool:
+        return await asyncio.to_thread(connections) == 1
+
+    # the server saw it closed: it handles the close once resumed (not within a fixed 0.1 s
+    # on a loaded machine)
+    await eventually(only_the_admins, within=5)
 
 
 async def test_a_short_outage_does_not_use_up_every_retry(fresh_server: RedisServer) -> None:

@@ -424,6 +424,13 @@ class Link(asyncio.Protocol):
                 # its clients unasked): drop the link, so its channels are subscribed again
                 # where their slots are now and their listeners re-check.
                 raise SlotMoved(f"sharded channel {reply[1]!r} moved to another node")
+        if not self._pending:
+            # Nothing was asked. A server speaks first only to refuse the connection as it
+            # closes it (-ERR max number of clients reached, written on accept, which can
+            # arrive before the handshake is sent): that error is why the link is dropped.
+            if type(reply) is ErrorReply:
+                raise reply
+            raise OutOfStep(f"a reply nobody asked for: {reply!r}")
         call = self._pending.popleft()
         parts = call.parts
         if parts is not None:
