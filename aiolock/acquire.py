@@ -393,13 +393,15 @@ class _Op:
     async def settle(
         self, unknown: OutcomeUnknown, deadline: float | None, settle: Settle, finish: Finish
     ) -> Any:
-        """What a command lost with its link did: fence the link, then ask the rule. If that
-        cannot be done in time, ``finish(unknown)`` takes it over (in the background) and
-        OutcomeUnknownError is raised."""
+        """What a command lost with its link did: fence the link, then ask the rule, trying
+        until the caller's ``deadline`` (without one, for one command_timeout): a waiter with
+        time left keeps it. If that cannot be done in time, ``finish(unknown)`` takes it over
+        (in the background) and OutcomeUnknownError is raised."""
         loop = asyncio.get_running_loop()
-        limit = loop.time() + self.rt.config.command_timeout
-        if deadline is not None:
-            limit = min(limit, max(deadline, loop.time()))
+        if deadline is None:
+            limit = loop.time() + self.rt.config.command_timeout
+        else:
+            limit = max(deadline, loop.time())
         try:
             if await _fence_until(self.rt, unknown, limit):
                 async with asyncio.timeout_at(limit):
