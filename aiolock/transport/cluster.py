@@ -222,7 +222,14 @@ class ClusterTransport(Transport):
             link.close()
         if isinstance(reply, OutcomeUnknown):
             raise NotSent(f"probing sharded pub/sub: {reply}")
-        return isinstance(reply, list)
+        if isinstance(reply, list):
+            return True
+        if isinstance(reply, ErrorReply) and "unknown" in str(reply).lower():
+            return False  # a server without sharded pub/sub (Redis 6.2)
+        # Not an answer to the question (LOADING, CLUSTERDOWN, ... of a node that has just
+        # come back): ask again on the next send rather than settle on classic pub/sub.
+        logger.debug("aiolock: the sharded pub/sub probe got %r", reply)
+        raise NotSent(f"probing sharded pub/sub: {reply!r}")
 
     def refresh(self) -> asyncio.Task[None]:
         """Reload the slot map in the background (one reload at a time, at most one per

@@ -58,8 +58,12 @@ class ErrorReply(Exception):
 
     @property
     def code(self) -> str:
-        """The error's first word: ERR, NOSCRIPT, WRONGTYPE, NOPERM, MOVED, ..."""
+        """The error's first word: ERR, NOSCRIPT, WRONGTYPE, NOPERM, MOVED, ...; READONLY also
+        for a script whose write a replica refused ("ERR Error running script ...: -READONLY
+        ..."): a replica refuses every write, so such a script wrote nothing either."""
         text = str(self)
+        if text.startswith("ERR Error running script") and ": -READONLY " in text:
+            return "READONLY"
         return text.split(" ", 1)[0]
 
 
@@ -119,7 +123,7 @@ def is_readonly(reply: Any) -> bool:
     """Whether ``reply`` (or a Chain's first reply) is ``-READONLY``: the command ran into a
     replica and wrote nothing (it may be sent again, to the master)."""
     reply = first_reply(reply)
-    return type(reply) is ErrorReply and str(reply).startswith("READONLY")
+    return type(reply) is ErrorReply and reply.code == "READONLY"
 
 
 class Call:
@@ -460,7 +464,7 @@ class Link(asyncio.Protocol):
                 self._pending.append(call)
                 self._write(fallback)
                 return
-        if type(first) is ErrorReply and str(first).startswith("READONLY"):
+        if type(first) is ErrorReply and first.code == "READONLY":
             self.readonly = True  # a replica now: no more commands here
         if self._marked:
             self._held.append((call, reply))  # dropping the link settles it as unknown
