@@ -169,6 +169,8 @@ class ClusterTransport(Transport):
         self._closed = False
         #: whether pub/sub is sharded (SSUBSCRIBE/SPUBLISH); known once the map is loaded
         self.sharded = bool(config.sharded_pubsub)
+        #: the reply to Redisson's probe, if it was sent
+        self.probe_reply: Any = None
 
     def __repr__(self) -> str:
         return f"<ClusterTransport {len(self._nodes)} nodes>"
@@ -222,6 +224,7 @@ class ClusterTransport(Transport):
             link.close()
         if isinstance(reply, OutcomeUnknown):
             raise NotSent(f"probing sharded pub/sub: {reply}")
+        self.probe_reply = reply  # what the mode was chosen by (for diagnostics)
         if isinstance(reply, list):
             return True
         if isinstance(reply, ErrorReply) and "unknown" in str(reply).lower():
