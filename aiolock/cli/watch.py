@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -61,15 +62,67 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("aiolock watch: --interval must be > 0")
     emit = _print_json if args.json else _print_text
 
-    def body() -> int:
-        try:
-            with connect(url) as client:
-                watch(client, args.name, emit, interval=args.interval, duration=args.duration)
-        except KeyboardInterrupt:  # before the watch loop began: nothing to report
-            pass
-        return OK
+    def body(stop: threading.Event, emit: Callable[[Event], None]) -> None:
+        with connect(url) as client:
+            watch(client, args.name, emit, interval=args.interval, stop=stop)
 
-    return report_errors(url, body)
+    return report_errors(url, lambda: until_interrupted(body, emit, args.name, args.duration))
+
+
+def until_interrupted(
+    body: Callable[[threading.Event, Callable[[Event], None]], None],
+    emit: Callable[[Event], None],
+    name: str,
+    duration: float | None,
+) -> int:
+    """Run ``body(stop, emit)`` in a thread of its own until it returns, ``duration`` passes or
+    Ctrl-C; then emit ``stopped`` (if ``watching`` was emitted) and return at once.
+
+    Ctrl-C must not depend on a KeyboardInterrupt finding its way out of redis-py: raised
+    while an object's ``__del__`` runs (redis-py's Pipeline and PubSub close themselves
+    there), it is printed as "Exception ignored" and swallowed, and the watch went on. Here
+    the main thread, which receives every signal, only waits; the watching thread never
+    sees one, and it is a daemon: whatever call it is in, it does not keep the process.
+    An error in the body is raised here.
+    """
+    stop = threading.Event()
+    done = threading.Event()
+    guard = threading.Lock()
+    started = False
+    failure: list[BaseException] = []
+
+    def guarded_emit(event: Event) -> None:
+        nonlocal started
+        with guard:
+            if not stop.is_set():
+                started = True
+                emit(event)
+
+    def target() -> None:
+        try:
+            body(stop, guarded_emit)
+        except BaseException as exc:  # handed to the main thread, which raises it
+            failure.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=target, name="aiolock-watch", daemon=True)
+    end = None if duration is None else time.monotonic() + duration
+    try:
+        thread.start()
+        # Short waits: a signal's handler runs between them whatever the platform's waits do.
+        while not done.wait(0.1 if end is None else max(0.0, min(0.1, end - time.monotonic()))):
+            if end is not None and time.monotonic() >= end:
+                break
+    except KeyboardInterrupt:
+        pass
+    with guard:
+        stop.set()
+        if failure:
+            raise failure[0]
+        if started:
+            emit({"event": "stopped", "name": name, "time": _now()})
+    return OK
 
 
 def watch(
@@ -78,9 +131,9 @@ def watch(
     emit: Callable[[Event], None],
     *,
     interval: float = 0.5,
-    duration: float | None = None,
+    stop: threading.Event,
 ) -> None:
-    """Emit events about the lock ``name`` until ``duration`` passes or Ctrl-C."""
+    """Emit events about the lock ``name`` until ``stop`` is set."""
     pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     try:
         pubsub.subscribe(layout.lock_channel(name), layout.rwlock_channel(name))
@@ -94,21 +147,14 @@ def watch(
             confirmed += 1
         tracker = _Tracker(name, emit)
         tracker.start(inspect.lookup(client, name))
-        end = None if duration is None else time.monotonic() + duration
         next_read = time.monotonic() + interval
-        try:
-            while end is None or time.monotonic() < end:
-                now = time.monotonic()
-                wait = max(0.0, min(next_read, end if end is not None else next_read) - now)
-                message = pubsub.get_message(timeout=wait)
-                if message is not None:
-                    tracker.message(_text(message["channel"]), _text(message["data"]))
-                if message is not None or time.monotonic() >= next_read:
-                    tracker.update(inspect.lookup(client, name))
-                    next_read = time.monotonic() + interval
-        except KeyboardInterrupt:
-            pass
-        emit({"event": "stopped", "name": name, "time": _now()})
+        while not stop.is_set():
+            message = pubsub.get_message(timeout=max(0.0, next_read - time.monotonic()))
+            if message is not None:
+                tracker.message(_text(message["channel"]), _text(message["data"]))
+            if message is not None or time.monotonic() >= next_read:
+                tracker.update(inspect.lookup(client, name))
+                next_read = time.monotonic() + interval
     finally:
         pubsub.close()
 
