@@ -30,6 +30,9 @@ drop_replies         the proxy drops the next 1-3 replies (links fall out of ste
 late_requests        the proxy holds requests 20-400 ms, resets the clients, and delivers the
                      held requests 50-800 ms later, after the clients gave up on them
 reset_connections    the proxy resets every connection, both sides
+sentinel_failover    (``--sentinel``) SENTINEL FAILOVER of the Sentinel-managed master; the
+                     deposed master stays writable until the Sentinels demote it
+sentinel_kill_master (``--sentinel``) kill -9 the master; the replica is promoted
 ===================  =========================================================================
 
 Every client also cancels some of its own calls at random (see the worker).
@@ -56,7 +59,7 @@ from typing import Any
 import redis.asyncio
 
 import aiolock
-from aiolock.testing import RedisServer, TcpProxy
+from aiolock.testing import LocalSentinel, RedisServer, TcpProxy
 from aiolock.testing._discovery import start_process
 
 from . import plan
@@ -84,6 +87,8 @@ FAULTS: dict[str, float] = {
     "late_requests": 5,
     "reset_connections": 4,
 }
+#: the faults of the Sentinel deployment (with ``Settings.sentinel``)
+SENTINEL_FAULTS: dict[str, float] = {"sentinel_failover": 3, "sentinel_kill_master": 1}
 _PROCESS_FAULTS = ("proc_kill", "proc_stop")
 _WIPES = ("server_restart", "server_kill")
 
@@ -104,6 +109,9 @@ class Settings:
     tolerance: float = 0.0
     #: seconds between healing everything and stopping the workers
     quiet: float = 1.5
+    #: also a Sentinel-managed master and its replica, with lock actors on it and failovers
+    #: (``SENTINEL FAILOVER``, kill -9 of the master) in the mix
+    sentinel: bool = False
     log: Callable[[str], None] = field(default=lambda line: print(line, flush=True))
 
 
@@ -126,6 +134,7 @@ class Orchestrator:
         self.rec = Recorder(out / "orchestrator.jsonl")
         self.servers: dict[str, RedisServer] = {}
         self.proxies: dict[str, TcpProxy] = {}
+        self.sentinel: LocalSentinel | None = None
         self.slots = [Slot(i) for i in range(settings.workers)]
         self.busy: set[str] = set()
         self.tasks: set[asyncio.Task[None]] = set()
@@ -141,6 +150,9 @@ class Orchestrator:
             self.proxies[name] = await TcpProxy.for_url(server.url).start()
         for name in plan.SERVERS:
             await self.seed(name)
+        if self.settings.sentinel:
+            self.sentinel = LocalSentinel()
+            await asyncio.to_thread(self.sentinel.start)
         for slot in self.slots:
             self.spawn(slot)
         await asyncio.gather(*(self.wait_ready(slot) for slot in self.slots))
@@ -165,12 +177,16 @@ class Orchestrator:
         slot.gen += 1
         slot.history = self.out / f"worker-{slot.index}-{slot.gen}.jsonl"
         self.histories.append(slot.history)
+        urls = {name: proxy.url for name, proxy in self.proxies.items()}
+        if self.sentinel is not None:
+            hosts = ",".join(f"{h}:{p}" for h, p in self.sentinel.sentinel_addresses)
+            urls["sn"] = f"redis+sentinel://{hosts}/{self.sentinel.master_name}"
         settings = {
             "worker": slot.index,
             "gen": slot.gen,
             "seed": f"{self.settings.seed}:{slot.index}:{slot.gen}",
             "history": str(slot.history),
-            "urls": {name: proxy.url for name, proxy in self.proxies.items()},
+            "urls": urls,
         }
         path = self.out / f"worker-{slot.index}-{slot.gen}.json"
         path.write_text(json.dumps(settings))
@@ -201,8 +217,11 @@ class Orchestrator:
     # -- faults -------------------------------------------------------------------------------
 
     async def inject(self, until: float) -> None:
-        kinds = list(self.settings.faults)
-        weights = [self.settings.faults[k] for k in kinds]
+        faults = dict(self.settings.faults)
+        if self.sentinel is not None:
+            faults = {**SENTINEL_FAULTS, **faults}
+        kinds = list(faults)
+        weights = [faults[k] for k in kinds]
         while now() < until:
             await asyncio.sleep(self.rng.uniform(*self.settings.fault_gap))
             self.tasks = {t for t in self.tasks if not t.done()}
@@ -217,6 +236,8 @@ class Orchestrator:
             self.tasks.add(task)
 
     def pick_target(self, kind: str) -> str | None:
+        if kind in SENTINEL_FAULTS:
+            return None if "sn" in self.busy or self.sentinel is None else "sn"
         if kind == "sabotage":
             return None if "s0" in self.busy else "s0"
         if kind in _PROCESS_FAULTS:
@@ -419,6 +440,28 @@ class Orchestrator:
             await self.control(target, "DEL", *locks)
         detail["deleted"] = locks
 
+    async def fault_sentinel_failover(
+        self, target: str, rng: random.Random, detail: dict[str, Any]
+    ) -> None:
+        """``SENTINEL FAILOVER``; the deposed master stays writable until the Sentinels make
+        it a replica (seconds): what was written to it meanwhile is lost."""
+        assert self.sentinel is not None
+        self.rec.write({"e": "failover", "server": target, "t": now()})
+        new = await asyncio.to_thread(self.sentinel.failover, demote_old_master=False)
+        detail["new master"] = new.port
+
+    async def fault_sentinel_kill_master(
+        self, target: str, rng: random.Random, detail: dict[str, Any]
+    ) -> None:
+        """kill -9 the master; the Sentinels promote the replica; the old master comes
+        back, empty, as its replica."""
+        assert self.sentinel is not None
+        old = await asyncio.to_thread(self.sentinel.kill_master)
+        self.rec.write({"e": "failover", "server": target, "t": now()})
+        new = await asyncio.to_thread(self.sentinel.wait_for_new_master)
+        detail["new master"] = new.port
+        await asyncio.to_thread(self.sentinel.restart, old)
+
     async def fault_reset_connections(
         self, target: str, rng: random.Random, detail: dict[str, Any]
     ) -> None:
@@ -443,6 +486,8 @@ class Orchestrator:
         for proxy in self.proxies.values():
             proxy.pass_through()
             await proxy.release_held_requests()
+        if self.sentinel is not None:
+            await asyncio.to_thread(self.sentinel.heal)
 
     async def stop_workers(self, within: float = 30.0) -> None:
         live = [s.proc for s in self.slots if s.proc is not None and s.proc.poll() is None]
@@ -491,6 +536,16 @@ class Orchestrator:
                         "detail": sorted(map(repr, channels)),
                     }
                 )
+        if self.sentinel is not None:
+            master = await asyncio.to_thread(self.sentinel.master)
+            self.servers["sn"] = master  # for the key listing below, then forgotten
+            try:
+                while (left := await self.unexpected_keys("sn")) and now() < deadline:  # noqa: ASYNC110
+                    await asyncio.sleep(0.2)  # until what dead processes held expired
+                if left:
+                    self.rec.write({"e": "leftover", "what": "keys on sn", "detail": left})
+            finally:
+                del self.servers["sn"]
         # the permit-expirable semaphore: every permit back, once the expired are returned
         async with aiolock.from_url(self.servers["s0"].url, metrics=False) as client:
             pes = client.permit_expirable_semaphore(plan.PERMITS)
@@ -544,6 +599,8 @@ class Orchestrator:
         await asyncio.gather(
             *(asyncio.to_thread(s.stop) for s in self.servers.values()), return_exceptions=True
         )
+        if self.sentinel is not None:
+            await asyncio.to_thread(self.sentinel.stop)
         self.rec.close()
 
 

@@ -27,6 +27,11 @@ MULTI: Final = (("s0", "M-a"), ("s1", "M-b"), ("s2", "M-c"))
 RED: Final = "RL"
 RED_SERVERS: Final = ("s0", "s1", "s2")
 
+#: locks on the Sentinel-managed deployment "sn" (``python -m tests.chaos --sentinel``)
+SENTINEL_LOCKS: Final = ("N0", "N1")
+#: lock actors per process on it
+SENTINEL_ACTORS: Final = 2
+
 #: the clients' configuration: short leases and timeouts, so that faults turn into losses,
 #: reconnections and give-ups often (Config fields)
 CLIENT: Final = {

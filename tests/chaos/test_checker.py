@@ -243,6 +243,29 @@ def test_a_server_that_lost_its_data_ends_validity_but_must_be_reported() -> Non
     assert "lost their data" in report.violations[0].message
 
 
+def test_a_failover_may_lose_a_hold_but_never_excuses_a_later_grant() -> None:
+    """Replication is asynchronous: a hold granted before a failover may be gone on the new
+    master (no overlap; but a holder whose lock another was then granted must be told), and
+    two grants after it (one by the deposed master) overlap."""
+    failover = [{"e": "failover", "server": "sn", "t": 2.0}]
+    a, b = Worker(1), Worker(2)
+    h = a.hold("N0@sn", 1.0, 31.0)
+    h2 = b.hold("N0@sn", 2.5, 32.5)
+    b.release(h2, 2.8, obj="N0@sn")
+    a.release(h, 3.0, obj="N0@sn")
+    assert kinds(judge(a, b, orchestrator=failover)) == ["unreported_loss"]
+    e = Worker(1)
+    h = e.hold("N0@sn", 1.0, 31.0)
+    e.release(h, 3.0, obj="N0@sn")
+    assert judge(e, orchestrator=failover).violations == []  # it may well have survived
+    c, d = Worker(3), Worker(4)
+    h = c.hold("N0@sn", 2.1, 32.1)  # granted by the deposed master, after the failover began
+    c.release(h, 3.0, obj="N0@sn")
+    h = d.hold("N0@sn", 2.5, 32.5)
+    d.release(h, 2.8, obj="N0@sn")
+    assert "overlap" in kinds(judge(c, d, orchestrator=failover))
+
+
 def test_readers_share_writers_exclude() -> None:
     a, b, c = Worker(1), Worker(2), Worker(3)
     for worker in (a, b):
@@ -422,6 +445,27 @@ def test_losses_that_are_not_the_holders_business() -> None:
     a.lost(h, 1.0, "lock 'P0' held by 1f was lost: its task ended without unlocking it")
     a.release(h, 1.5, out="notowned", obj="P0@s0")
     assert kinds(judge(a)) == ["abandoned"]
+    child = Worker(1)
+    child.call("try_lock_child", "P0@s0", 0.9, 1.0, "granted", bound=1.0)
+    child.events.append(
+        {
+            "e": "hold",
+            "h": 1,
+            "c": 1,
+            "k": "permit_semaphore",
+            "o": "P0@s0",
+            "t": 1.0,
+            "res": [["s0", "P0"]],
+            "mode": "c",
+            "cap": 2,
+            "members": ["s0"],
+            "rule": "one",
+            "q": 1,
+        }
+    )
+    child.lost(1, 1.01, "whatever it says")
+    child.release(1, 1.5, out="lost", obj="P0@s0")
+    assert kinds(judge(child)) == ["abandoned"]
     b = Worker(1)
     h = b.hold("L0@s0", 1.0, 31.0)
     b.events.append({"e": "onlost", "h": h, "t": 1.0, "err": "notowned"})

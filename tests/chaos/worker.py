@@ -694,6 +694,12 @@ def make_actors(ctx: Process, seed: int) -> list[Actor]:
             else:
                 raise ValueError(f"unknown actor type {kind!r}")
             actors.append(Actor(ctx, kind, rng, targets))
+    if "sn" in clients:
+        for index in range(plan.SENTINEL_ACTORS):
+            rng = random.Random(f"{seed}:sentinel:{index}")
+            sn = clients["sn"]
+            targets = [LockTarget("lock", sn.lock(n), "sn", "x", ctx) for n in plan.SENTINEL_LOCKS]
+            actors.append(Actor(ctx, "sentinel_lock", rng, targets))
     for index, actor in enumerate(actors):
         actor.index = index
     return actors
