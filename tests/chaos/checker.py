@@ -333,9 +333,12 @@ def _lease_end(hold: Hold, member: int) -> float:
 def _validity(hold: Hold, wipes: dict[str, list[float]]) -> None:
     """Set ``hold.valid_end`` and the reason it ends there."""
     ends: list[float] = []
+    # A server that lost its data after the acquisition began may have granted it just before
+    # (the grant is recorded when its reply arrives): which instance granted it is unknown.
+    began = _began(hold)
     for index, server in enumerate(hold.members):
         lease_end = math.inf if hold.rule == "none" else _lease_end(hold, index)
-        ends.append(min(lease_end, _first_after(wipes.get(server, ()), hold.t)))
+        ends.append(min(lease_end, _first_after(wipes.get(server, ()), began)))
     if not ends:
         lease = math.inf
     elif hold.rule == "quorum":

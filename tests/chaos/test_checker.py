@@ -266,6 +266,19 @@ def test_a_failover_may_lose_a_hold_but_never_excuses_a_later_grant() -> None:
     assert "overlap" in kinds(judge(c, d, orchestrator=failover))
 
 
+def test_a_grant_whose_acquisition_straddled_a_restart_is_not_trusted() -> None:
+    """Recorded after the server was killed, its grant may still come from the old server
+    (its script ran just before): a hold of the new server then is no overlap."""
+    wipe = [{"e": "wipe", "server": "s0", "t": 2.0}]
+    a, b = Worker(1), Worker(2)
+    h = a.hold("L0@s0", 2.01, 32.0, asked=1.9)
+    a.lost(h, 3.0)
+    a.release(h, 3.1, out="lost")
+    h2 = b.hold("L0@s0", 2.5, 32.5, asked=2.3)
+    b.release(h2, 2.8)
+    assert judge(a, b, orchestrator=wipe).violations == []
+
+
 def test_readers_share_writers_exclude() -> None:
     a, b, c = Worker(1), Worker(2), Worker(3)
     for worker in (a, b):
