@@ -108,6 +108,11 @@ def test_a_permit_outlives_the_task_that_took_it(report: Report) -> None:
     _none(report, "abandoned")
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 19 symptom 15: a multi-lock or red lock raises LockLostError to a task that "
+    "never held it (about one run in three here)",
+)
 def test_no_loss_is_blamed_on_a_caller_that_held_nothing(report: Report) -> None:
     _none(report, "lost_on_acquire")
 
