@@ -45,6 +45,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .extras import install_hint
+
 try:
     from opentelemetry import metrics as otel
 except ImportError:  # the otel extra is not installed
@@ -76,7 +78,7 @@ COUNTERS = {
     ),
 }
 
-INSTALL_HINT = "aiolock's metrics need OpenTelemetry's API: pip install 'aiolock-redis[otel]'"
+INSTALL_HINT = f"aiolock's metrics need OpenTelemetry's API: {install_hint('otel')}"
 
 
 class _Counted(Protocol):
