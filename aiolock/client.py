@@ -90,7 +90,7 @@ class AioLock:
 
     A client of a Sentinel-managed master (``Sentinel(...).master_for(name)``) asks the
     Sentinels where the master is at every connect, through redis-py, and follows it when
-    it moves (see the README's "Sentinel").
+    it moves (see the documentation's "Sentinel", docs/sentinel.md).
     """
 
     def __init__(

@@ -236,7 +236,7 @@ async def test_a_release_wakes_as_many_waiters_as_it_frees_permits(
 
 
 async def test_a_large_request_is_passed_over_by_smaller_ones(client: aiolock.AioLock) -> None:
-    """The starvation the README states: a waiter for 3 permits, first in line, is passed
+    """The starvation docs/synchronizers.md states: a waiter for 3 permits, first in line, is passed
     over by later waiters for 1 while fewer than 3 are free, so a steady stream of small
     requests can keep it waiting; it is served as soon as 3 are free at once."""
     sem = client.semaphore("big-and-small")
