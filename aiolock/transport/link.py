@@ -328,7 +328,12 @@ class Link(asyncio.Protocol):
                     break  # an old server or a restricted user: no identity, no fencing
                 if command == ("ROLE",) and _tolerable(reply):
                     continue  # a restricted user: READONLY replies still tell a replica
-                what = "AUTH (authentication)" if command[0] == "AUTH" else " ".join(command[:2])
+                if command[0] == "AUTH":
+                    what = "AUTH (authentication)"
+                elif command[0] == "SELECT":
+                    what = f"SELECT {settings.db} (the database number of the URL or client)"
+                else:
+                    what = " ".join(map(str, command[:2]))
                 raise NotSent(f"Redis at {settings.address} refused {what}: {reply}")
             if command == ("ROLE",):
                 role = reply[0] if isinstance(reply, list) and reply else reply
