@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -151,6 +151,8 @@ class _Routed:
 
 class ClusterTransport(Transport):
     """Commands routed by hash slot over one link per master (see the module docstring)."""
+
+    by_slot = True
 
     def __init__(self, cluster: RedisCluster, config: Config) -> None:
         self.cluster = cluster
@@ -458,9 +460,6 @@ class ClusterTransport(Transport):
             while len(self._fenced) > _FENCES_KEPT:
                 del self._fenced[next(iter(self._fenced))]
         return fenced
-
-    def batch_key(self, key: str) -> Hashable:
-        return key_slot(key)
 
     # -- pub/sub --------------------------------------------------------------------------------
 
