@@ -110,6 +110,17 @@ async def test_a_redis_url_on_a_cluster_enabled_server_is_refused_before_any_loc
     assert dbsize(one_shard) == 0
 
 
+async def test_a_redis_url_on_a_sentinel_is_refused_with_the_url_to_use() -> None:
+    if external_redis_url() is not None:
+        pytest.skip("needs its own redis-server")
+    config = "sentinel monitor m 127.0.0.1 1 1\n"
+    with RedisServer(["--sentinel"], config=config) as sentinel:
+        async with aiolock.from_url(sentinel.url) as client:
+            async with asyncio.timeout(HANG_GUARD):
+                with pytest.raises(aiolock.RedisUnavailableError, match=r"redis\+sentinel://"):
+                    await client.lock("x").try_lock()
+
+
 async def test_the_cluster_url_on_one_shard_keeps_every_hold(one_shard: RedisServer) -> None:
     """What the refusal points to works: holds in two slots stay renewed (per slot)."""
     url = "redis+cluster://" + one_shard.url.removeprefix("redis://")
@@ -409,6 +420,25 @@ async def test_a_database_that_does_not_exist_gets_the_servers_own_error(redis_u
     message = str(info.value)
     assert "SELECT 99" in message and "DB index is out of range" in message, message
     assert "sequence item" not in message
+
+
+async def test_a_refusal_fails_every_call_at_once_not_after_the_backoff(redis_url: str) -> None:
+    """Waiting cannot change a refused SELECT (nor AUTH, nor a cluster node): every call
+    fails at once with the server's error. Before, each retry of each call waited out the
+    reconnect backoff (here 1 to 2 s with jitter, within command_timeout): 3 calls of 4
+    attempts took 9 s or more."""
+    url = no_such_db(redis_url)
+    async with aiolock.from_url(
+        url, reconnect_delay=2.0, reconnect_max_delay=2.0, command_timeout=10.0
+    ) as client:
+        async with asyncio.timeout(4):  # far more than a refusal takes, far below 9 s
+            for call in (
+                client.lock("x").try_lock,
+                client.lock("y").lock,
+                client.semaphore("s").acquire,
+            ):
+                with pytest.raises(aiolock.RedisUnavailableError, match="DB index is out"):
+                    await call()
 
 
 async def test_configure_with_a_database_that_does_not_exist(redis_url: str) -> None:
