@@ -666,7 +666,11 @@ class MultiLock:
                 lost_error.append(error)
                 task.cancel(f"aiolock: {self._kind} {self.name!r} was lost")
 
-        remove = self.on_lost(lost, owner=owner)  # lost already: told at the first await
+        try:
+            remove = self.on_lost(lost, owner=owner)  # lost already: told at the first await
+        except BaseException as exc:  # never expected (it was just taken): give it back
+            await self._unlock_at_exit(exc, owner)
+            raise
         try:
             yield self
         except asyncio.CancelledError as exc:
