@@ -57,7 +57,7 @@ the first still believes it holds the lock; so does a holder paused longer than 
 validity (a GC pause, SIGSTOP). The renewal notices the first case at its next tick, and the
 first owner's ``unlock()`` at the latest (its releases find the masters forgotten or taken);
 nothing notices the second. Only a fencing token checked by the guarded resource closes
-these gaps (see the README).
+these gaps (see docs/multilock.md).
 """
 
 from __future__ import annotations
