@@ -241,9 +241,9 @@ async def test_on_lost_of_a_hold_lost_right_after_its_grant_is_told_at_once(
     before on_lost is registered. Registering must tell the loss (the callback runs once,
     soon, from the event loop), never claim the hold never existed (LockNotOwnedError); the
     unlock then reports it, and the lock can be taken again."""
-    lock = STALLED[stalled_type](make_client(watchdog_timeout=0.6), "family-stalled")
+    lock = STALLED[stalled_type](make_client(watchdog_timeout=0.3), "family-stalled")
     await lock.lock()
-    time.sleep(0.7)  # noqa: ASYNC251 (the fault: nothing runs here for longer than the lease)
+    time.sleep(0.4)  # noqa: ASYNC251 (the fault: nothing runs here for longer than the lease)
     assert lock.statistics().lost and not lock.statistics().held
     lost: list[aiolock.LockLostError] = []
     lock.on_lost(lost.append)
@@ -283,10 +283,10 @@ async def test_on_lost_of_a_permit_lost_right_after_its_grant_is_told_at_once(
     make_client: Callable[..., aiolock.AioLock],
 ) -> None:
     """Symptom 16 for a permit of a permit-expirable semaphore (renewed like a lock)."""
-    pes = make_client(watchdog_timeout=0.6).permit_expirable_semaphore("family-stalled-permit")
+    pes = make_client(watchdog_timeout=0.3).permit_expirable_semaphore("family-stalled-permit")
     await pes.try_set_permits(1)
     permit = await pes.acquire()
-    time.sleep(0.7)  # noqa: ASYNC251 (the fault: nothing runs here for longer than the lease)
+    time.sleep(0.4)  # noqa: ASYNC251 (the fault: nothing runs here for longer than the lease)
     lost: list[aiolock.LockLostError] = []
     pes.on_lost(permit, lost.append)
     await eventually(lambda: true(lost), within=5)
