@@ -875,14 +875,32 @@ async def release(rt: Runtime, rule: Rule, owner: Owner) -> None:
         finally:
             op.end()
         return
-    # The owner's previous operation is still running: wait for it in a task of its own,
-    # so that a cancelled caller still gets its release (it waits at most cleanup_timeout).
+    # The owner's previous operation is still running (perhaps in the background, its
+    # caller gone): the release queues behind it in a task of its own, which goes on
+    # however long that takes, so an unlock once called is never dropped. The caller waits
+    # for it until its deadline (cancelled or not), then leaves it to the background.
     task = rt.spawn(_release_later(op, deadline))
     try:
-        await asyncio.shield(task)
+        await asyncio.wait((task,), timeout=max(0.0, deadline - loop.time()))
     except asyncio.CancelledError:
         await wait_shielded(task, max(0.0, deadline - loop.time()))
+        if not task.done():
+            task.add_done_callback(_log_release_failure)
         raise
+    if task.done():
+        task.result()  # the release's own error, if any
+        return
+    task.add_done_callback(_log_release_failure)
+    raise RedisTimeoutError(
+        f"releasing {rule.name!r} was not confirmed within cleanup_timeout (it queued behind "
+        "the owner's previous operation on it); it goes on in the background"
+    )
+
+
+def _log_release_failure(task: asyncio.Task[None]) -> None:
+    """A release its caller left to the background failed: say so (nobody else will)."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.warning("aiolock: a release left to the background failed: %s", error)
 
 
 async def _wait_for_turn(rt: Runtime, hold: Hold) -> None:
@@ -898,21 +916,21 @@ async def _wait_for_turn(rt: Runtime, hold: Hold) -> None:
 
 
 async def _release_later(op: _Op, deadline: float) -> None:
+    """Release one count once the owner's operations before this one have ended, however
+    long they take (each is bounded by its own commands' bounds; a caller that waits for
+    this is bounded by ``deadline``). A turn that comes after ``deadline`` gets a fresh
+    cleanup_timeout for the release itself: the caller has left, and a release out of time
+    before it is even sent would end in a purge (the hold lost) for no reason."""
     hold, rule = op.hold, op.rule
     assert hold is not None
     try:
-        try:
-            await op.begin(deadline)
-        except TimeoutError:
-            raise RedisTimeoutError(
-                f"releasing {rule.name!r}: the owner's previous operation on it did not end "
-                "within cleanup_timeout"
-            ) from None
+        await op.begin(None)
         if not hold.count:  # lost meanwhile
             if hold.stale:
                 raise op.rt.leases.unlock_stale(hold)
             raise _not_owned(rule, hold.owner)
-        await _release_one(op, deadline)
+        now = asyncio.get_running_loop().time()
+        await _release_one(op, deadline if deadline > now else now + op.rt.config.cleanup_timeout)
     finally:
         op.end()
 

@@ -448,6 +448,7 @@ class Leases:
         self._end(hold, HoldState.RELEASED)
         hold.count = 0
         hold.token = None
+        hold._callbacks.clear()  # released, never lost: they are not due, now or later
         self.forget_if_idle(hold)
 
     def lose(
@@ -494,7 +495,10 @@ class Leases:
         return error
 
     def _end(self, hold: Hold, state: HoldState) -> None:
-        """The only way out of HELD (or RELEASING): released or lost."""
+        """The only way out of HELD (or RELEASING): released or lost. It ends the hold's
+        generation: nothing of it may carry over into the next one. (The owner's next
+        acquire may be granted on this same record: it queued for the hold's turn while this
+        generation was still being released or cleaned up in the background.)"""
         if self.metrics is not None and hold.since:
             seconds = asyncio.get_running_loop().time() - hold.since
             self.metrics.hold_ended(hold.kind, hold.name, seconds, state is HoldState.LOST)
@@ -505,6 +509,9 @@ class Leases:
             hold._timer.cancel()
             hold._timer = None
         self.watchdog.remove(hold)
+        # Its renewal goes with it: a renewal left set made the next generation's grant look
+        # registered already, and the watchdog never renewed it (issue 19, symptom 3).
+        hold.renewal = None
 
     def run_cleanup(self, hold: Hold) -> None:
         """Run the hold's cleanup in the background, in its owner's turn, claimed now: an
