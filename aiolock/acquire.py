@@ -991,8 +991,7 @@ async def release(rt: Runtime, rule: Rule, owner: Owner) -> None:
         await asyncio.wait((task,), timeout=max(0.0, deadline - loop.time()))
     except asyncio.CancelledError:
         await wait_shielded(task, max(0.0, deadline - loop.time()))
-        if not task.done():
-            task.add_done_callback(_log_release_failure)
+        task.add_done_callback(_log_release_failure)  # its caller is gone: nobody else hears
         raise
     if task.done():
         task.result()  # the release's own error, if any
@@ -1005,7 +1004,7 @@ async def release(rt: Runtime, rule: Rule, owner: Owner) -> None:
 
 
 def _log_release_failure(task: asyncio.Task[None]) -> None:
-    """A release its caller left to the background failed: say so (nobody else will)."""
+    """A release whose caller left (cancelled, or its time ran out) failed: say so."""
     if not task.cancelled() and (error := task.exception()) is not None:
         logger.warning("aiolock: a release left to the background failed: %s", error)
 

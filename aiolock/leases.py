@@ -17,7 +17,10 @@ abandoned hold may have left on the server is removed in the background by its c
 within its lease; nothing of it is ever renewed again.
 
 Operations of one owner on one hold are serialized (:attr:`Hold.turn`), background cleanups
-included, so a release still running cannot race the same owner's next acquire.
+included, so a release still running cannot race the same owner's next acquire. Such an
+acquire, queued for the turn, is granted on the same Hold record: a record can outlive a
+generation (grant to release or loss), so ending one clears everything of it (its renewal
+registration, the callbacks of a released hold) and the next generation starts clean.
 
 The watchdog keeps alive the holds taken without a lease. The expiration-renewal map is
 process-wide (Redisson's design): :data:`RENEWALS` maps a client id to that client's own map,
