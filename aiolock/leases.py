@@ -17,7 +17,10 @@ abandoned hold may have left on the server is removed in the background by its c
 within its lease; nothing of it is ever renewed again.
 
 Operations of one owner on one hold are serialized (:attr:`Hold.turn`), background cleanups
-included, so a release still running cannot race the same owner's next acquire.
+included, so a release still running cannot race the same owner's next acquire. Such an
+acquire, queued for the turn, is granted on the same Hold record: a record can outlive a
+generation (grant to release or loss), so ending one clears everything of it (its renewal
+registration, the callbacks of a released hold) and the next generation starts clean.
 
 The watchdog keeps alive the holds taken without a lease. The expiration-renewal map is
 process-wide (Redisson's design): :data:`RENEWALS` maps a client id to that client's own map,
@@ -451,6 +454,7 @@ class Leases:
         self._end(hold, HoldState.RELEASED)
         hold.count = 0
         hold.token = None
+        hold._callbacks.clear()  # released, never lost: they are not due, now or later
         self.forget_if_idle(hold)
 
     def lose(
@@ -497,7 +501,10 @@ class Leases:
         return error
 
     def _end(self, hold: Hold, state: HoldState) -> None:
-        """The only way out of HELD (or RELEASING): released or lost."""
+        """The only way out of HELD (or RELEASING): released or lost. It ends the hold's
+        generation: nothing of it may carry over into the next one. (The owner's next
+        acquire may be granted on this same record: it queued for the hold's turn while this
+        generation was still being released or cleaned up in the background.)"""
         if self.metrics is not None and hold.since:
             seconds = asyncio.get_running_loop().time() - hold.since
             self.metrics.hold_ended(hold.kind, hold.name, seconds, state is HoldState.LOST)
@@ -508,6 +515,9 @@ class Leases:
             hold._timer.cancel()
             hold._timer = None
         self.watchdog.remove(hold)
+        # Its renewal goes with it: a renewal left set made the next generation's grant look
+        # registered already, and the watchdog never renewed it (issue 19, symptom 3).
+        hold.renewal = None
 
     def run_cleanup(self, hold: Hold) -> None:
         """Run the hold's cleanup in the background, in its owner's turn, claimed now: an
