@@ -609,6 +609,14 @@ async def _try(
     """One attempt (sent again only when proven not to have run); a grant is registered."""
     rt, rule = op.rt, op.rule
     owner = op.field
+    if op.hold is not None and op.hold.stale:
+        # The hold this acquisition re-enters was lost while it waited (a server change
+        # found it gone): as at the start, its lost counts are unlocked before a new grant.
+        raise LockLostError(
+            f"{op.hold.lost}; unlock it as often as it was taken before taking it again",
+            name=rule.name,
+            owner=owner,
+        )
     before = op.hold.count if op.hold is not None else 0
     acks_wanted = rt.config.replica_acks if rule.replicated else 0
     packed = rule.attempt(owner, lease_ms, wait_ms)

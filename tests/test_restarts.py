@@ -98,6 +98,32 @@ async def test_a_restart_loses_every_hold_at_once(fresh_server: RedisServer) -> 
         assert client.statistics().server_changes == 1
 
 
+async def test_a_nested_acquire_across_a_restart_does_not_re_enter_a_wiped_hold(
+    fresh_server: RedisServer,
+) -> None:
+    """A task holds a lock; the server restarts empty before the client has noticed (the
+    loop is held up meanwhile), and the task takes the lock again (nested) at once. Whether
+    that acquire runs on the dead server (its outcome is then read on the new one) or on the
+    new one (the script finds nothing and writes a fresh hold of count 1), reporting a second
+    count of the hold from before would hide that the lock was free meanwhile, and taking
+    the lock afresh inside the same call would too. The nested acquire raises
+    LockLostError, what it wrote is removed, and the lock can be taken afresh once the lost
+    count is unlocked."""
+    async with aiolock.from_url(fresh_server.url, **SLOW) as client:
+        lock = client.lock("r:nested")
+        await lock.lock()
+        restart_empty(fresh_server)  # in the loop's thread: the client notices nothing yet
+        with pytest.raises(aiolock.LockLostError):
+            async with asyncio.timeout(20):
+                await lock.lock()
+        with redis.Redis(*fresh_server.address) as direct:
+            await eventually(lambda: not direct.exists("r:nested"), 10, "the new hold removed")
+        with pytest.raises(aiolock.LockLostError):
+            await lock.unlock()
+        async with lock:
+            assert await lock.hold_count() == 1
+
+
 async def test_a_dropped_link_to_the_same_server_loses_nothing(fresh_server: RedisServer) -> None:
     """CLIENT KILL of the client's links (the same server, the same run_id): the link is
     opened again, and nothing held is lost or re-checked into a loss."""

@@ -440,11 +440,14 @@ async def test_holds_missing_on_the_new_master_are_lost_at_the_switch(
     never reached it): each is told lost as soon as the client learns of the switch (every
     hold is re-checked on the new master at once), not at its next renewal (30 s) or the
     end of its lease (90 s): on_lost runs, guard() cancels its body, unlock() raises
-    LockLostError. A hold the replica has survives, renewed on the new master."""
+    LockLostError. Holds the replica has survive: one renewed on the new master, one with
+    a lease_time checked there without lengthening its lease."""
     client = make_client(**SLOW)
     kept, renewed = client.lock("s:kept"), client.lock("s:gone")
-    leased = client.lock("s:gone:leased")
+    leased, kept_leased = client.lock("s:gone:leased"), client.lock("s:kept:leased")
     await kept.lock()
+    await kept_leased.lock(lease_time=90)
+    leased_by = asyncio.get_running_loop().time()  # its TTL was set before this
     await renewed.lock()
     await leased.lock(lease_time=90)
     lost: list[str] = []
@@ -477,9 +480,13 @@ async def test_holds_missing_on_the_new_master_are_lost_at_the_switch(
         with pytest.raises(aiolock.LockLostError):
             await lock.unlock()
     assert await kept.is_held_by_current_task()
+    assert await kept_leased.is_held_by_current_task()
     with redis.Redis(*new.address) as direct:
         assert direct.pttl("s:kept") > 60_000  # renewed there
+        since = asyncio.get_running_loop().time() - leased_by
+        assert 0 < direct.pttl("s:kept:leased") <= 90_000 - since * 1000 + 5  # not lengthened
     await kept.unlock()
+    await kept_leased.unlock()
     assert client.statistics().holds["held"] == 0
     assert client.statistics().server_changes >= 1
 
