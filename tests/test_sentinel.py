@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -543,6 +544,45 @@ async def test_a_grant_from_the_deposed_master_is_not_reported(
         assert direct.exists("s:two")
     a_done.set()
     assert await asyncio.wait_for(taking, 30)
+
+
+async def test_min_replicas_to_write_stops_grants_on_a_master_cut_off(
+    setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """What docs/sentinel.md says ``min-replicas-to-write`` adds: a master that has heard
+    from no replica for ``min-replicas-max-lag`` s (its replica frozen here; cut off by a
+    partition in the case it guards against) refuses writes, so it stops granting locks
+    (RedisOperationError naming NOREPLICAS, nothing taken) instead of granting what a new
+    master would never see."""
+    client = make_client()
+    (replica,) = setup.replicas()
+    with master_redis(setup) as master:
+        master.config_set("min-replicas-max-lag", 1)
+        master.config_set("min-replicas-to-write", 1)
+        replica.pause()
+        try:
+            names = (f"s:minrep:{index}" for index in itertools.count())
+            refused: list[str] = []
+
+            async def refuses() -> bool:
+                lock = client.lock(name := next(names))
+                try:
+                    taken = await lock.try_lock()
+                except aiolock.RedisOperationError as error:
+                    assert "NOREPLICAS" in str(error)
+                    refused.append(name)
+                    return True
+                if taken:  # not refused yet; its release may be
+                    with contextlib.suppress(aiolock.RedisOperationError):
+                        await lock.unlock()
+                return False
+
+            await eventually(refuses, 20, "the master refuses to grant")
+            assert not master.exists(refused[0])
+        finally:
+            replica.resume()
+            master.config_set("min-replicas-to-write", 0)
+            master.config_set("min-replicas-max-lag", 10)
 
 
 async def test_the_sentinels_switch_events_are_followed(setup: LocalSentinel) -> None:
