@@ -81,6 +81,7 @@ class StandaloneTransport(Transport):
             ping_interval=config.ping_interval,
             on_closed=self._link_closed,
             master_only=self.resolver.moves,
+            standalone=True,
             ask_run_id=True,
         )
         return await self._still_master(link)
@@ -197,6 +198,7 @@ class StandaloneTransport(Transport):
             sink=sink,
             on_closed=on_closed,
             master_only=self.resolver.moves,
+            standalone=True,
         )
         return await self._still_master(link)
 
