@@ -94,11 +94,13 @@ class SentinelAddress(Resolver):
         self.service_name: str = pool.service_name
         #: the latest switch event: (old, new, until when it overrides a lagging Sentinel)
         self._switched: tuple[str, str, float] | None = None
+        #: the latest switch announced (old, new)
+        self._last: tuple[str, str] | None = None
         self._on_switch: OnSwitch | None = None
         self._followers: list[asyncio.Task[None]] = []
         #: Sentinels whose +switch-master subscription is confirmed now
         self.subscribed = 0
-        #: switch events seen for this service (one per failover and Sentinel)
+        #: switches of this service's master announced so far (each by every Sentinel)
         self.switches = 0
 
     @property
@@ -207,16 +209,16 @@ class SentinelAddress(Resolver):
         if len(parts) != 5 or parts[0] != self.service_name:
             return
         old, new = f"{parts[1]}:{parts[2]}", f"{parts[3]}:{parts[4]}"
-        loop = asyncio.get_running_loop()
-        if self._switched is None or self._switched[:2] != (old, new):
+        if self._last != (old, new):  # each Sentinel announces it: count and log it once
+            self._last = (old, new)
             self.switches += 1
-            logger.warning(
+            logger.info(
                 "aiolock: the Sentinels switched the master %r from %s to %s",
                 self.service_name,
                 old,
                 new,
             )
-        self._switched = (old, new, loop.time() + SWITCH_OVERRIDE)
+        self._switched = (old, new, asyncio.get_running_loop().time() + SWITCH_OVERRIDE)
         if self._on_switch is not None:
             self._on_switch(old, new)
 
