@@ -18,7 +18,7 @@ import pytest
 import redis
 
 import aiolock
-from aiolock.testing import RedisServer, TcpProxy
+from aiolock.testing import RedisServer, TcpProxy, acl_user
 
 #: renewals every 20 s, a lease_time of 60 s: what is told within TOLD was not told by them
 SLOW: dict[str, Any] = {"watchdog_timeout": 60.0, "command_timeout": 1.0}
@@ -180,3 +180,13 @@ async def test_a_release_in_flight_across_a_restart_is_a_loss(
             with pytest.raises(aiolock.LockLostError):
                 await asyncio.wait_for(releasing, 20)
             assert client.statistics().holds["held"] == 0
+
+
+async def test_a_user_not_allowed_info_still_works(fresh_server: RedisServer) -> None:
+    """An ACL user without INFO: the link opens without a run_id (a restart then looks like
+    a dropped link, as documented), and locks work."""
+    with acl_user(fresh_server.url, "no-info", "~*", "&*", "+@all", "-info") as url:
+        async with aiolock.from_url(url, **SLOW) as client:
+            async with client.lock("r:no-info") as lock:
+                assert await lock.is_held_by_current_task()
+            assert client.statistics().server_changes == 0
