@@ -720,6 +720,14 @@ async def _try(
     """One attempt (sent again only when proven not to have run); a grant is registered."""
     rt, rule = op.rt, op.rule
     owner = op.field
+    if op.hold is not None and op.hold.stale:
+        # The hold this acquisition re-enters was lost while it waited (a server change
+        # found it gone): as at the start, its lost counts are unlocked before a new grant.
+        raise LockLostError(
+            f"{op.hold.lost}; unlock it as often as it was taken before taking it again",
+            name=rule.name,
+            owner=owner,
+        )
     before = op.hold.count if op.hold is not None else 0
     acks_wanted = rt.config.replica_acks if rule.replicated else 0
     packed = rule.attempt(owner, lease_ms, wait_ms)
@@ -728,10 +736,10 @@ async def _try(
     readonly: Any = None
     for _ in range(rt.config.retry_attempts + 1):
         call = rt.transport.send_now(packed, key=rule.key) or await op.send(packed, give_up_at)
-        sent_at = call.sent_at
+        sent_at, epoch = call.sent_at, rt.leases.epoch
 
-        async def finish(value: Any, sent_at: float = sent_at) -> None:
-            await _undo_attempt(op, value, before, lease_ms, renew, sent_at)
+        async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
+            await _undo_attempt(op, value, before, lease_ms, renew, sent_at, epoch)
 
         reply = await op.outcome(
             call, give_up_at, finish, lambda: rule.settle_attempt(rt, owner, before)
@@ -767,11 +775,15 @@ async def _try(
                 # generation (the loss's cleanup removes the owner's counts).
                 assert hold.lost is not None
                 raise LockLostError(str(hold.lost), name=rule.name, owner=owner)
-            if not _register(op, result, lease_ms, renew, sent_at):
-                # It came after its own lease ran out: no grant, and removed before anything
-                # else is tried (a try after it would re-enter it). If that takes the rest
-                # of the call's time, the removal goes on in the background and the caller
-                # tries nothing more: its waiting ended long before (margin < command_timeout).
+            if not _register(op, result, lease_ms, renew, sent_at, epoch):
+                if before:  # the hold it re-entered was lost (see Leases.granted)
+                    assert hold.lost is not None
+                    raise LockLostError(str(hold.lost), name=rule.name, owner=owner)
+                # It came after its own lease ran out, or from a server that is not the one
+                # now: no grant, and removed before anything else is tried (a try after it
+                # would re-enter it). If that takes the rest of the call's time, the removal
+                # goes on in the background and the caller tries nothing more: its waiting
+                # ended long before (margin < command_timeout).
                 await _purge_in_turn(op, lease_ms, give_up_at)
                 return Attempt(False, 0)
         return result
@@ -834,7 +846,9 @@ async def _purge_in_turn(op: _Op, lease_ms: int, deadline: float | None) -> bool
     return await op.within(purge(op.rt, op.rule, op.field, lease_ms), deadline)
 
 
-def _register(op: _Op, result: Attempt, lease_ms: int, renew: bool, sent_at: float) -> bool:
+def _register(
+    op: _Op, result: Attempt, lease_ms: int, renew: bool, sent_at: float, epoch: int
+) -> bool:
     rule, rt = op.rule, op.rt
     assert op.hold is not None
     return rt.leases.granted(
@@ -844,11 +858,13 @@ def _register(op: _Op, result: Attempt, lease_ms: int, renew: bool, sent_at: flo
         renewal=rule.renewal if renew else None,
         cleanup=lambda hold: purge(rt, rule, hold.field, hold.lease_ms),
         token=result.token,
+        check=rule.renewal,
+        epoch=epoch,
     )
 
 
 async def _undo_attempt(
-    op: _Op, value: Any, before: int, lease_ms: int, renew: bool, sent_at: float
+    op: _Op, value: Any, before: int, lease_ms: int, renew: bool, sent_at: float, epoch: int
 ) -> None:
     """Background: an attempt's caller left; give back what the attempt obtained (or take
     the owner out of the server's waiting state, when it obtained nothing)."""
@@ -886,8 +902,8 @@ async def _undo_attempt(
             await _best_effort(rt, rule, cmd)
     elif before and hold.state is not HoldState.HELD:
         pass  # it re-entered a hold lost meanwhile: the loss's cleanup removes it
-    elif not _register(op, result, lease_ms, renew, sent_at):
-        await purge(rt, rule, owner, lease_ms)  # late: no grant, removed
+    elif not _register(op, result, lease_ms, renew, sent_at, epoch):
+        await purge(rt, rule, owner, lease_ms)  # late or from another server: removed
     elif before:
         await _release_one(op, None)
     else:
@@ -1067,9 +1083,9 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             except (RedisUnavailableError, asyncio.CancelledError):
                 failed()  # nothing was sent: the cleanup removes the hold
                 raise
-        sent_at = call.sent_at
+        sent_at, epoch = call.sent_at, rt.leases.epoch
 
-        async def finish(value: Any, sent_at: float = sent_at) -> None:
+        async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
             value = first_reply(value)
             outcome = (
                 None
@@ -1079,7 +1095,7 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             if outcome is None:
                 failed()
             else:
-                _released(op, outcome, sent_at)
+                _released(op, outcome, sent_at, epoch)  # a loss is told to on_lost
 
         reply = await op.outcome(
             call, deadline, finish, lambda: rule.settle_release(rt, owner, before)
@@ -1113,7 +1129,9 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             # the hold is lost, and what is left of it on the server removed.
             rt.leases.lose(hold, "its lease expired, it was force-unlocked, or it was changed")
             raise rt.leases.unlock_stale(hold)
-        _released(op, outcome, sent_at)
+        lost = _released(op, outcome, sent_at, epoch)
+        if lost is not None:
+            raise lost  # the server changed before the release was confirmed there
         return
     failed()
     if readonly is not None:
@@ -1121,10 +1139,9 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
     raise RedisUnavailableError(f"releasing {rule.name!r}: sent again and again, never ran")
 
 
-def _released(op: _Op, last: bool, sent_at: float) -> None:
+def _released(op: _Op, last: bool, sent_at: float, epoch: int) -> LockLostError | None:
     hold = op.hold
     assert hold is not None
     if last or hold.count <= 1 or hold.state is not HoldState.HELD:
-        op.rt.leases.released(hold)
-    else:
-        op.rt.leases.released_one(hold, sent_at)
+        return op.rt.leases.released(hold, epoch)
+    return op.rt.leases.released_one(hold, sent_at, epoch)

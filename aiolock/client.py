@@ -67,6 +67,9 @@ class ClientStatistics:
     holds: Mapping[str, int]
     #: cleanups and other background work still running
     background_tasks: int
+    #: times the server behind the client changed (a failover named another master, or a
+    #: server restarted: another run_id); every hold was checked there each time
+    server_changes: int = 0
 
 
 class AioLock:
@@ -350,6 +353,7 @@ class AioLock:
             renewal_calls=rt.leases.watchdog.calls,
             holds=rt.leases.counts(),
             background_tasks=len(self._background),
+            server_changes=transport.server_changes,
         )
 
 
