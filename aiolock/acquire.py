@@ -525,7 +525,7 @@ class _Op:
                 await wait_shielded(cleanup, self.rt.config.cleanup_timeout)
             raise
         if self.hold is not None:
-            self.rt.leases.taint(self.hold)  # the old request may still arrive
+            self.rt.leases.taint(self.hold, self.field)  # the old request may still arrive
         if self.in_background:
             await finish(unknown)
         else:
@@ -601,6 +601,10 @@ async def _acquire(
                     name=rule.name,
                     owner=owner.id,
                 )
+            if not hold.count:
+                # A new generation: the owner id it writes is chosen now that the work of
+                # the one before has ended (a taint it made applies to this acquire).
+                op.field = rt.leases.next_generation(hold)
         wait_ms = None if wait is None else round(wait * 1000)
         channel = rule.channel(op.field)
         entry = rt.pubsub.entry(channel)
@@ -826,13 +830,15 @@ async def _roll_back(op: _Op, grant: Attempt, before: int, lease_ms: int) -> Non
                 logger.warning("aiolock: giving back an unacknowledged grant of %r", rule.name)
         return
     if not before:
-        await purge(rt, rule, owner, lease_ms)  # nothing else of the owner's is there
+        await purge(rt, rule, owner, lease_ms, hold)  # nothing else of the owner's is there
         return
     # A reentrant count on top of a hold: take that one count back (the script compares).
     try:
         reply = await command(rt, rule.key, rule.release(owner, hold.lease_ms, before + 1), None)
     except NotSent:
         reply = None
+    if isinstance(reply, OutcomeUnknown):
+        await _fence_or_taint(rt, reply, hold, owner)
     if (
         isinstance(reply, OutcomeUnknown | ErrorReply | None)
         or rule.parse_release(first_reply(reply)) is not False
@@ -843,7 +849,7 @@ async def _roll_back(op: _Op, grant: Attempt, before: int, lease_ms: int) -> Non
 async def _purge_in_turn(op: _Op, lease_ms: int, deadline: float | None) -> bool:
     """Purge the owner's counts in this operation's turn, waiting for it until ``deadline``
     (then, or if the caller is cancelled, it goes on in the background: see _Op.within)."""
-    return await op.within(purge(op.rt, op.rule, op.field, lease_ms), deadline)
+    return await op.within(purge(op.rt, op.rule, op.field, lease_ms, op.hold), deadline)
 
 
 def _register(
@@ -851,12 +857,14 @@ def _register(
 ) -> bool:
     rule, rt = op.rule, op.rt
     assert op.hold is not None
+    field = op.field  # the generation's: the record may write another one by the cleanup
+
     return rt.leases.granted(
         op.hold,
         lease_ms=lease_ms,
         sent_at=sent_at,
         renewal=rule.renewal if renew else None,
-        cleanup=lambda hold: purge(rt, rule, hold.field, hold.lease_ms),
+        cleanup=lambda hold: purge(rt, rule, field, hold.lease_ms, hold),
         token=result.token,
         check=rule.renewal,
         epoch=epoch,
@@ -875,7 +883,7 @@ async def _undo_attempt(
         until = asyncio.get_running_loop().time() + lease_ms / 1000
         if not await _fence_until(rt, value, until):
             if hold is not None:
-                rt.leases.taint(hold)
+                rt.leases.taint(hold, owner)
             # It may still run: remove what the owner has (an outer hold of the owner can no
             # longer be trusted either); a grant arriving later expires unrenewed.
             if hold is None:
@@ -883,7 +891,7 @@ async def _undo_attempt(
             elif hold.count:
                 rt.leases.lose(hold, "the reply of a nested acquire was lost")
             else:
-                await purge(rt, rule, owner, lease_ms)
+                await purge(rt, rule, owner, lease_ms, hold)
             return
         settled = await rule.settle_attempt(rt, owner, before)
         result = Attempt(False) if settled is NOT_RUN else settled
@@ -903,12 +911,12 @@ async def _undo_attempt(
     elif before and hold.state is not HoldState.HELD:
         pass  # it re-entered a hold lost meanwhile: the loss's cleanup removes it
     elif not _register(op, result, lease_ms, renew, sent_at, epoch):
-        await purge(rt, rule, owner, lease_ms)  # late or from another server: removed
+        await purge(rt, rule, owner, lease_ms, hold)  # late or from another server: removed
     elif before:
         await _release_one(op, None)
     else:
         rt.leases.releasing(hold)
-        await purge(rt, rule, owner, lease_ms)
+        await purge(rt, rule, owner, lease_ms, hold)
         rt.leases.released(hold)
 
 
@@ -930,9 +938,26 @@ async def _fence_until(rt: Runtime, unknown: OutcomeUnknown, until: float) -> bo
         delay = min(delay * 2, rt.config.reconnect_max_delay)
 
 
-async def purge(rt: Runtime, rule: Rule, owner: str, lease_ms: int) -> None:
+async def _fence_or_taint(rt: Runtime, unknown: OutcomeUnknown, hold: Hold, field: str) -> None:
+    """A command of ``hold`` naming ``field`` was lost with its link and may still reach the
+    server later, where it could match the owner's next generation if that wrote ``field``
+    again (a release expecting count 1, a purge). Fence the link (for at most one
+    command_timeout: this runs in the owner's turn, which its next acquire waits for), or
+    else taint the field: the next generation writes another one (Leases.taint)."""
+    if rt.leases.tainted(hold, field):
+        return  # the next generation writes another field already
+    until = asyncio.get_running_loop().time() + rt.config.command_timeout
+    if not await _fence_until(rt, unknown, until):
+        rt.leases.taint(hold, field)
+
+
+async def purge(
+    rt: Runtime, rule: Rule, owner: str, lease_ms: int, hold: Hold | None = None
+) -> None:
     """Remove every count of ``owner`` from the server (a lost or abandoned hold), trying
-    until the server answers or a lease of ``lease_ms`` would be over anyway."""
+    until the server answers or a lease of ``lease_ms`` would be over anyway. ``hold`` is
+    the hold whose generation wrote ``owner``: a purge lost with its link, which may still
+    arrive, is fenced or its field tainted (see _fence_or_taint)."""
     loop = asyncio.get_running_loop()
     until = loop.time() + max(lease_ms / 1000, rt.config.command_timeout)
     delay = rt.config.reconnect_delay
@@ -942,6 +967,8 @@ async def purge(rt: Runtime, rule: Rule, owner: str, lease_ms: int) -> None:
             reply = await command(rt, rule.key, rule.purge(owner), None)
         except NotSent as error:
             reply = error
+        if isinstance(reply, OutcomeUnknown) and hold is not None:
+            await _fence_or_taint(rt, reply, hold, owner)
         if not isinstance(reply, OutcomeUnknown | ErrorReply | NotSent):
             return
         if loop.time() + delay > until or rt.transport.closed:
@@ -1087,6 +1114,10 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
 
         async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
             value = first_reply(value)
+            if isinstance(value, OutcomeUnknown):
+                # Its link dropped after the caller left: the release may still run. It must
+                # not match the owner's next hold, which waits for this turn (see Leases.taint).
+                await _fence_or_taint(rt, value, hold, owner)
             outcome = (
                 None
                 if isinstance(value, OutcomeUnknown | ErrorReply)

@@ -208,16 +208,19 @@ class FairLock(Lock):
         self, wait: float | None, lease_time: float | None, owner: Owner | None
     ) -> Coroutine[Any, Any, Attempt | None]:
         grant = super()._grant(wait, lease_time, owner)
-        rt = self._client.runtime()
-        return self._fair_grant(grant, rt.leases.field(self.name, self._owner(owner)))
+        return self._fair_grant(grant, self._owner(owner))
 
     async def _fair_grant(
-        self, grant: Coroutine[Any, Any, Attempt | None], owner: str
+        self, grant: Coroutine[Any, Any, Attempt | None], owner: Owner
     ) -> Attempt | None:
         try:
             result = await grant
         finally:
-            self._fair_rule.forget(owner)
+            # the owner id the acquisition wrote (chosen once it had the owner's turn): the
+            # hold's if granted, else what the owner writes next
+            self._fair_rule.forget(
+                self._client.runtime(closed_ok=True).leases.field(self.name, owner)
+            )
         if result is None:
             # The wait ran out and the loop sent this owner's give-up in a task of its own:
             # let it go out first, so that an owner trying again at once is not taken out of

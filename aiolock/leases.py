@@ -20,7 +20,11 @@ Operations of one owner on one hold are serialized (:attr:`Hold.turn`), backgrou
 included, so a release still running cannot race the same owner's next acquire. Such an
 acquire, queued for the turn, is granted on the same Hold record: a record can outlive a
 generation (grant to release or loss), so ending one clears everything of it (its renewal
-registration, the callbacks of a released hold) and the next generation starts clean.
+registration, the callbacks of a released hold) and the next generation starts clean. The
+cleanup of a generation that ended lost claims the turn ahead of every operation queued for
+it, and the owner id a generation writes is chosen when it starts: an acquire that waited for
+the generation before to be settled never re-enters what is left of it on the server, nor
+writes an owner id that a request of it, not fenced, may still match (:meth:`Leases.taint`).
 
 The watchdog keeps alive the holds taken without a lease. The expiration-renewal map is
 process-wide (Redisson's design): :data:`RENEWALS` maps a client id to that client's own map,
@@ -172,8 +176,9 @@ class Hold:
         self.owner = owner
         #: the object's type (for metrics)
         self.kind = kind
-        #: the owner id this hold writes to the server: the owner's, unless a request of an
-        #: earlier hold could not be fenced and may still arrive (see Leases.taint)
+        #: the owner id the current generation writes to the server: the owner's, unless a
+        #: request of an earlier one could not be fenced and may still arrive (Leases.taint);
+        #: chosen when a generation starts (Leases.next_generation), fixed until it ends
         self.field = owner.id if field is None else field
         self.state = HoldState.ACQUIRING
         #: counts held (reentrancy) in the current generation
@@ -237,16 +242,19 @@ class Hold:
             raise
 
     def claim_turn(self) -> asyncio.Future[None]:
-        """Take the turn now if it is free, else queue for it now: a future done once the
-        turn is the caller's. For background work that must run before any operation of
-        the owner that starts later (:meth:`wait_turn` queues only once its task runs)."""
+        """Take the turn now if it is free, else claim it next, ahead of every operation
+        already queued: a future done once the turn is the caller's. For the cleanup of a
+        generation that just ended (:meth:`Leases.run_cleanup`): it must run before any
+        later operation of the owner, including one queued while the generation was still
+        being released (an acquire run first would re-enter the old hold on the server,
+        and the cleanup would then remove the new one)."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.take_turn():
             waiter.set_result(None)
         else:
             if self._turns is None:
                 self._turns = deque()
-            self._turns.append(waiter)
+            self._turns.appendleft(waiter)
         return waiter
 
     def end_turn(self) -> None:
@@ -309,17 +317,44 @@ class Leases:
         return hold
 
     def field(self, name: str, owner: Owner) -> str:
-        """The owner id ``owner`` writes for ``name`` on the server (see :meth:`taint`)."""
-        fields = self._fields.get(owner.id)
-        return owner.id if fields is None else fields.get(name, owner.id)
+        """The owner id ``owner`` writes for ``name`` on the server: its hold's while it
+        holds it (or is releasing it), else the one its next hold will write (see
+        :meth:`taint`)."""
+        hold = self.holds.get((name, owner.id))
+        if hold is not None and hold.count:
+            return hold.field
+        return self._next_field(name, owner.id)
 
-    def taint(self, hold: Hold) -> None:
-        """A request of ``hold`` could not be fenced and may still reach the server, where
-        it could match a later hold of the same owner (a release expecting count 1 finds
-        the next hold's count 1). Later holds of this owner on this object therefore write
-        another owner id, which no old request names. A single-use owner (a permit) has no
-        later holds: nothing to do."""
-        if hold.owner.single_use:
+    def _next_field(self, name: str, owner_id: str) -> str:
+        fields = self._fields.get(owner_id)
+        return owner_id if fields is None else fields.get(name, owner_id)
+
+    def next_generation(self, hold: Hold) -> str:
+        """An acquire that holds the owner's turn on ``hold``, which holds nothing, starts
+        its next generation: the owner id it writes is chosen now, not when the record was
+        made. The acquire may have queued on this record behind background work of the
+        generation before (a release settled in the background, a cleanup) that found a
+        request it could not fence and tainted the owner's field meanwhile: the taint
+        takes effect for this very acquire. (Within a generation the field never changes.)"""
+        assert not hold.count
+        hold.field = self._next_field(hold.name, hold.owner.id)
+        return hold.field
+
+    def tainted(self, hold: Hold, field: str) -> bool:
+        """Whether no later hold of ``hold``'s owner on its object will write ``field``
+        again (it was tainted already, or a single-use owner's: never reused)."""
+        return hold.owner.single_use or self._next_field(hold.name, hold.owner.id) != field
+
+    def taint(self, hold: Hold, field: str) -> None:
+        """A request of ``hold`` naming ``field`` (the owner id its generation writes) could
+        not be fenced and may still reach the server, where it could match a later hold of
+        the same owner (a release expecting count 1 finds the next hold's count 1; a purge
+        removes it). Later holds of this owner on this object therefore write another owner
+        id, which no old request names, from the owner's very next acquire on (see
+        :meth:`next_generation`). Nothing to do if ``field`` is not the one they would
+        write any more (tainted already), or for a single-use owner (a permit: no later
+        holds)."""
+        if self.tainted(hold, field):
             return
         fresh = f"{self._client_id}:{new_id()}"
         self._fields.setdefault(hold.owner.id, {})[hold.name] = fresh
@@ -570,10 +605,12 @@ class Leases:
         hold.renewal = None
 
     def run_cleanup(self, hold: Hold) -> None:
-        """Run the hold's cleanup in the background, in its owner's turn, claimed now: an
-        operation of the owner that starts later (taking the lock again) waits for it. A
-        cleanup queued only once its task ran was overtaken by such an acquire, and then
-        removed the new hold from the server (held here, free there)."""
+        """Run the hold's cleanup in the background, in its owner's turn, claimed now and
+        ahead of the operations already queued for it (:meth:`Hold.claim_turn`): every
+        later operation of the owner (taking the lock again) waits for it. A cleanup that
+        came after such an acquire removed the new hold from the server (held here, free
+        there): it queued only once its task ran, or, lost by background work that held
+        the turn, it queued behind an acquire already waiting for that work to end."""
         cleanup = hold.cleanup
         if cleanup is None:
             return
