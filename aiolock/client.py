@@ -310,8 +310,8 @@ class AioLock:
             self._loop = loop
         return self._runtime
 
-    def resolve_owner(self, owner: Owner | None) -> Owner:
-        """``owner``, or the owner that is the current task.
+    def resolve_owner(self, owner: Owner | None, task: asyncio.Task[Any] | None = None) -> Owner:
+        """``owner``, or the owner that is ``task`` (by default the current task).
 
         :meta private:
         """
@@ -319,7 +319,8 @@ class AioLock:
             if not isinstance(owner, Owner):
                 raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
             return owner
-        task = current_task()
+        if task is None:
+            task = current_task()
         return Owner(f"{self.id}:{current_task_id(task)}", task)
 
     def holds_of(self, name: str) -> list[Hold]:

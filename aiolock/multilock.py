@@ -69,6 +69,7 @@ or failed attempt took; reentrant per owner; statistics and loss reporting inste
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import math
@@ -81,7 +82,9 @@ from typing import Any, NoReturn, Protocol
 
 import anyio
 
+from .acquire import cleanup_deadline, give_up_point
 from .client import AioLock
+from .config import Config
 from .contexts import async_only
 from .errors import (
     AioLockError,
@@ -181,9 +184,8 @@ def task_owner(client: AioLock) -> Owner:
     return Owner(f"{client.id}:{number}", task)
 
 
-def _other_task_owners(who: Owner) -> list[Owner]:
-    """The current task's other owners of multi-locks and red locks."""
-    task = current_task()
+def _other_task_owners(who: Owner, task: asyncio.Task[Any]) -> list[Owner]:
+    """The other owners of multi-locks and red locks of ``task``."""
     numbers = _TASK_OWNERS.get(task, {})
     owners = [Owner(f"{client_id}:{n}", task) for client_id, n in numbers.items()]
     return [owner for owner in owners if owner.id != who.id]
@@ -207,6 +209,14 @@ def _detached_done(task: asyncio.Task[Any]) -> None:
     _DETACHED.discard(task)
     if not task.cancelled() and task.exception() is not None:
         logger.error("aiolock: a multi-lock cleanup failed", exc_info=task.exception())
+
+
+def keep(task: asyncio.Task[Any]) -> None:
+    """Keep a task its caller no longer waits for until it ends (its outcome is retrieved:
+    what it raises was told to that caller or does not matter any more)."""
+    _DETACHED.add(task)
+    task.add_done_callback(_DETACHED.discard)
+    task.add_done_callback(retrieve)
 
 
 def retrieve(task: asyncio.Future[Any]) -> None:
@@ -234,7 +244,7 @@ class MultiLock:
     stateless: two multi-locks over the same members are the same multi-lock.
     """
 
-    __slots__ = ("_cleanup_timeout", "_command_timeout", "_members", "name")
+    __slots__ = ("_bounds", "_cleanup_timeout", "_command_timeout", "_members", "name")
 
     _kind = "multi-lock"
 
@@ -245,6 +255,14 @@ class MultiLock:
         clients = {id(m.client): m.client for m in self._members}.values()
         self._cleanup_timeout = max(c.config.cleanup_timeout for c in clients)
         self._command_timeout = max(c.config.command_timeout for c in clients)
+        #: the timeouts the composite's bounds are made of (the members' largest), for the
+        #: core's give_up_point and cleanup_deadline: a bound is when the call has returned,
+        #: so it gives up a small margin before it, as a single lock does
+        self._bounds: Config = dataclasses.replace(
+            self._members[0].client.config,
+            command_timeout=self._command_timeout,
+            cleanup_timeout=self._cleanup_timeout,
+        )
 
     def __repr__(self) -> str:
         members = ", ".join(f"{m.lock.name}@{m.server[0]}/{m.server[1]}" for m in self._members)
@@ -286,22 +304,28 @@ class MultiLock:
         return self._owner(owner)
 
     def _check_usage(
-        self, who: Owner, members: Sequence[_Member], exclude: Collection[_Member] = ()
+        self,
+        who: Owner,
+        members: Sequence[_Member],
+        exclude: Collection[_Member] = (),
+        task: asyncio.Task[Any] | None = None,
     ) -> None:
         """Raise if ``members`` (that could not be taken at once) cannot be taken at all:
         the multi-lock was lost and not unlocked yet (LockLostError; losses of the members
         in ``exclude``, taken by the acquisition under way, are its own business), or the
-        task holds one of them under another owner of its own, so it would wait for itself
-        (LockUsageError). Checked only then: nothing is looked up on the fast path."""
+        calling task (``task``, by default the current one) holds one of them under another
+        owner of its own, so it would wait for itself (LockUsageError). Checked only then:
+        nothing is looked up on the fast path."""
         self._check_not_lost(who, exclude)
-        task = asyncio.current_task()
+        if task is None:
+            task = asyncio.current_task()
         if task is None or who.task is not task:
             return  # an explicit owner: whatever else holds them is another owner
-        others = _other_task_owners(who)
+        others = _other_task_owners(who, task)
         for member in members:
             if member.client.closed:
                 continue
-            direct = member.client.resolve_owner(None)
+            direct = member.client.resolve_owner(None, task)
             for other in (direct, *others):
                 if member.lock.statistics(owner=other).hold_count:
                     how = "itself" if other.id == direct.id else "through another multi-lock"
@@ -336,9 +360,10 @@ class MultiLock:
     async def _acquire(self, wait: float | None, lease: float | None, who: Owner) -> bool:
         loop = asyncio.get_running_loop()
         wait_until = None if wait is None else loop.time() + wait
+        caller = current_task()
         backoff = 0.005
         while True:
-            outcome = await self._attempt(who, wait_until, lease)
+            outcome = await self._attempt_in_task(who, wait_until, lease, caller)
             if outcome is not None:
                 return outcome
             # a lease ran out before every member was taken: start over while time is left
@@ -349,13 +374,46 @@ class MultiLock:
             await asyncio.sleep(delay if left is None else min(delay, left))
             backoff = min(backoff * 2, 0.5)
 
-    async def _attempt(
-        self, who: Owner, wait_until: float | None, lease: float | None
+    async def _attempt_in_task(
+        self, who: Owner, wait_until: float | None, lease: float | None, caller: asyncio.Task[Any]
     ) -> bool | None:
-        """One pass over the members in order: True (all taken), False (one could not be
-        taken in time), None (an earlier member's lease ran out first: start over)."""
+        """:meth:`_attempt` in a task of its own, so that a cancelled caller is back within
+        cleanup_timeout of its cancellation. Awaited directly, a member acquire cancelled
+        with its command in flight waits for its own give-back first (up to
+        cleanup_timeout), and only then could the attempt start giving back the members it
+        took before: twice cleanup_timeout. Here, at the cancellation, the attempt is
+        cancelled (the member acquire under way gives back what it obtained) and the
+        members it took are given back at the same time; the caller waits for both until
+        cleanup_timeout after the cancellation, and what is not done by then goes on in the
+        background (each member in its owner's turn: the owner's next acquisition waits)."""
         loop = asyncio.get_running_loop()
         taken: list[_Member] = []
+        attempt = loop.create_task(self._attempt(who, wait_until, lease, caller, taken))
+        try:
+            await asyncio.wait((attempt,))
+        except asyncio.CancelledError:
+            deadline = cleanup_deadline(loop.time(), self._bounds)
+            attempt.cancel()  # a no-op if it ended (then taken is empty, or every member)
+            give_back = loop.create_task(self._give_back(taken, who, deadline - loop.time()))
+            for task in (attempt, give_back):
+                keep(task)
+            await wait_shielded({attempt, give_back}, deadline - loop.time())
+            raise
+        return attempt.result()
+
+    async def _attempt(
+        self,
+        who: Owner,
+        wait_until: float | None,
+        lease: float | None,
+        caller: asyncio.Task[Any],
+        taken: list[_Member],
+    ) -> bool | None:
+        """One pass over the members in order, for the task ``caller``: True (all taken),
+        False (one could not be taken in time), None (an earlier member's lease ran out
+        first: start over). ``taken`` lists the members taken and not given back yet (see
+        :meth:`_give_back`): every member when it returns True, none otherwise."""
+        loop = asyncio.get_running_loop()
         expires = math.inf  # loop time at which the earliest lease taken runs out
         try:
             for member in self._members:
@@ -366,24 +424,24 @@ class MultiLock:
                         # attempt's own business. Give back what it took and start over (a
                         # loss of counts held before this call is then reported by the next
                         # attempt: they stay lost until unlocked).
-                        await self._release(taken, who, self._release_budget(wait_until))
+                        await self._give_back(taken, who, self._release_budget(wait_until))
                         return None
                     # busy: check that it can ever be taken, then wait for it, at most what
                     # is left of the wait and of the earliest lease taken
-                    self._check_usage(who, [member], exclude=taken)
+                    self._check_usage(who, [member], exclude=taken, task=caller)
                     left = None if wait_until is None else max(0.0, wait_until - loop.time())
                     bounded_by_lease = False
                     if lease is not None and taken:
                         until_expiry = expires - loop.time()
                         if until_expiry <= 0:
-                            await self._release(taken, who, self._release_budget(wait_until))
+                            await self._give_back(taken, who, self._release_budget(wait_until))
                             return None
                         if left is None or until_expiry < left:
                             left, bounded_by_lease = until_expiry, True
                     if left is None:
                         await member.lock.lock(lease, owner=who)
                     elif not await member.lock.try_lock(left, lease, owner=who):
-                        await self._release(taken, who, self._release_budget(wait_until))
+                        await self._give_back(taken, who, self._release_budget(wait_until))
                         return None if bounded_by_lease else False
                 taken.append(member)
                 if lease is not None:
@@ -393,23 +451,36 @@ class MultiLock:
                 return True
             # a member taken first was lost meanwhile (lease ran out, force-unlocked): the
             # attempt's own business, as above
-            await self._release(taken, who, self._release_budget(wait_until))
+            await self._give_back(taken, who, self._release_budget(wait_until))
             return None
         except BaseException as exc:
-            await self._release(taken, who, self._release_budget(wait_until))
+            await self._give_back(taken, who, self._release_budget(wait_until))
             if isinstance(exc, LockLostError):
                 # a member's own lost counts, from before this call (its try refuses to
                 # take it again before they are unlocked): the multi-lock's own error
                 self._check_not_lost(who)
             raise
 
+    async def _give_back(self, taken: list[_Member], who: Owner, seconds: float) -> None:
+        """Release the members an attempt took, waiting at most ``seconds``. They leave
+        ``taken`` at once: whoever gives them back first (the attempt, or its caller when
+        cancelled) does it alone, so no count is released twice (a member may hold counts
+        of an outer multi-lock of the same owner)."""
+        members = taken[:]
+        taken.clear()
+        if members:
+            await self._release(members, who, seconds)
+
     def _release_budget(self, wait_until: float | None) -> float:
-        """How long a failing acquisition waits for its releases: what is left of
-        ``wait_time + command_timeout`` (at least a moment), at most ``cleanup_timeout``."""
+        """How long a failing acquisition waits for its releases: until it gives up so as to
+        have returned within ``wait_time + command_timeout`` (acquire.give_up_point), at
+        most ``cleanup_timeout``; what is not done by then goes on in the background."""
         if wait_until is None:
             return self._cleanup_timeout
-        left = wait_until + self._command_timeout - asyncio.get_running_loop().time()
-        return min(self._cleanup_timeout, max(left, 0.001))
+        give_up_at = give_up_point(wait_until, self._bounds)
+        assert give_up_at is not None
+        left = give_up_at - asyncio.get_running_loop().time()
+        return min(self._cleanup_timeout, max(left, 0.0))
 
     def _check_not_lost(self, who: Owner, exclude: Collection[_Member] = ()) -> None:
         """Raise LockLostError if the owner's hold was lost and not unlocked yet; a loss of
@@ -467,7 +538,8 @@ class MultiLock:
             raise LockNotOwnedError(
                 f"{self._kind} {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
             )
-        results = await self._release(targets, who, self._cleanup_timeout)
+        start = asyncio.get_running_loop().time()
+        results = await self._release(targets, who, cleanup_deadline(start, self._bounds) - start)
         self._report_release(who, results)
 
     def _report_release(self, who: Owner, results: dict[_Member, BaseException | None]) -> None:

@@ -69,6 +69,7 @@ import random
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
+from .acquire import cleanup_deadline, give_up_point
 from .client import AioLock
 from .errors import (
     AioLockError,
@@ -157,7 +158,8 @@ class RedLock(MultiLock):
     async def _acquire(self, wait: float | None, lease: float | None, who: Owner) -> bool:
         loop = asyncio.get_running_loop()
         wait_until = None if wait is None else loop.time() + wait
-        give_up_at = None if wait_until is None else wait_until + self._command_timeout
+        # a bound is when the call has returned: it gives up a margin before it (the core's)
+        give_up_at = give_up_point(wait_until, self._bounds)
         while True:
             left = None if wait_until is None else max(0.0, wait_until - loop.time())
             slice_ = random.uniform(*ROUND_WAIT)
@@ -237,8 +239,9 @@ class RedLock(MultiLock):
                 if grace_until is None and minority_until is not None and now >= minority_until:
                     break  # holding a minority while the rest is busy: give it up
         except BaseException:
+            deadline = cleanup_deadline(loop.time(), self._bounds)
             cleanup = detach(self._abandon(attempts, who))
-            await wait_shielded({cleanup}, self._cleanup_timeout)
+            await wait_shielded({cleanup}, deadline - loop.time())
             raise
         if granted >= quorum:
             lease_s = lease if lease is not None else self._watchdog_timeout
@@ -268,10 +271,12 @@ class RedLock(MultiLock):
         return bool(getattr(_member_stats(member, who), "tasks_waiting", 0))
 
     def _budget(self, give_up_at: float | None) -> float:
+        """How long a failed round waits for its give-back: until the acquisition's give-up
+        point (None: lock(), cleanup_timeout), never past it."""
         if give_up_at is None:
             return self._cleanup_timeout
         left = give_up_at - asyncio.get_running_loop().time()
-        return min(self._cleanup_timeout, max(left, 0.001))
+        return min(self._cleanup_timeout, max(left, 0.0))
 
     def _out_of_reach(self, errors: list[BaseException]) -> BaseException:
         members, quorum = len(self._members), self.quorum
