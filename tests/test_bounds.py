@@ -27,6 +27,7 @@ import redis
 
 import aiolock
 from aiolock.testing import RedisServer, TcpProxy
+from aiolock.transport import LinkIdentity, OutcomeUnknown
 from tests.test_replica_acks import _keys, pair, servers  # noqa: F401 (fixtures)
 
 #: how many calls run at once (their give-ups all come at about the same moment)
@@ -259,3 +260,69 @@ async def test_20_try_locks_with_a_frozen_replica_end_within_their_bound(
                     await asyncio.sleep(0.05)
         finally:
             replica.resume()
+
+
+async def _write_blocked(client: aiolock.AioLock, server: RedisServer) -> list[asyncio.Task[Any]]:
+    """Freeze ``server`` and fill the client's command connection until the socket takes no
+    more writes (flow control): the returned acquires, each carrying a 200 KB name, are
+    written or queued behind the full socket (the connection's own check drops it only
+    ``command_timeout`` after the first of them was written)."""
+    server.pause()
+    big = "x" * 200_000
+    fillers = [
+        asyncio.create_task(client.lock(f"{i}:{big}").try_lock(wait_time=30, lease_time=60))
+        for i in range(60)
+    ]
+    await asyncio.sleep(0.5)
+    return fillers
+
+
+async def test_a_write_blocked_connection_bounds_unlock_by_cleanup_timeout(
+    fresh_server: RedisServer,
+) -> None:
+    """The race: the server stops reading and the command connection's socket is full when
+    20 ``unlock()`` calls come. Each waits for the socket to take writes again, and that
+    wait was bounded only by the connection's own check, ``command_timeout`` (10 s here)
+    after a command written before the unlocks came: the unlocks ended long after
+    ``cleanup_timeout``. They end within it, having sent nothing (the holds are lost and
+    purged in the background, as any release not confirmed)."""
+    config: dict[str, Any] = {"command_timeout": 10.0, "cleanup_timeout": CLEANUP_TIMEOUT}
+    async with aiolock.from_url(fresh_server.url, **config) as client:
+        owners = [client.new_owner() for _ in range(N)]
+        for i, owner in enumerate(owners):
+            await client.lock(f"blocked:{i}").lock(owner=owner)
+        fillers = await _write_blocked(client, fresh_server)
+        try:
+            results = await asyncio.gather(
+                *(
+                    _ended_within(CLEANUP_TIMEOUT, client.lock(f"blocked:{i}").unlock(owner=owner))
+                    for i, owner in enumerate(owners)
+                )
+            )
+        finally:
+            fresh_server.resume()
+        await asyncio.gather(*fillers, return_exceptions=True)
+        _assert_within(results)
+        assert all(outcome not in ("None",) for _, outcome in results), results
+        await _nothing_left(fresh_server.url, client)
+
+
+async def test_a_write_blocked_connection_bounds_a_fence_by_its_deadline(
+    fresh_server: RedisServer,
+) -> None:
+    """Fencing a dropped link (``CLIENT KILL`` on the current one) waits for the socket to
+    take writes at most until the caller's deadline: then it says it could not fence."""
+    async with aiolock.from_url(fresh_server.url, command_timeout=10.0) as client:
+        assert not await client.lock("warm").is_locked()
+        fillers = await _write_blocked(client, fresh_server)
+        loop = asyncio.get_running_loop()
+        lost = OutcomeUnknown("reply lost", LinkIdentity(fresh_server.url, 123456, None))
+        try:
+            started = loop.time()
+            fenced = await client.runtime().transport.fence(lost, started + 0.3)
+            took = loop.time() - started
+        finally:
+            fresh_server.resume()
+        await asyncio.gather(*fillers, return_exceptions=True)
+        assert not fenced
+        assert took < 0.3 + 0.5  # bounded by its deadline (generous), not by the 10 s check

@@ -347,7 +347,7 @@ class ClusterTransport(Transport):
             link = node.link
             if link is not None and not link.closed:
                 if link.paused is not None:
-                    await link.drain()
+                    await link.drain(deadline)
                 return link
             try:
                 return await node.connector.connect(deadline)
@@ -423,7 +423,7 @@ class ClusterTransport(Transport):
                     if link is None or link.closed:
                         link = await node.connector.connect(until)
                     elif link.paused is not None:
-                        await link.drain()
+                        await link.drain(until)
                     if code == "ASK":
                         # One ASKING, then the command, on the same link; a script as
                         # EVAL (the importing node may not have it cached, and a NOSCRIPT

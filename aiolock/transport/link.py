@@ -426,10 +426,27 @@ class Link(asyncio.Protocol):
             assert self._transport is not None
             self._transport.write(b"".join(batch))
 
-    async def drain(self) -> None:
-        """Wait until the socket takes writes again (bounded: a stuck link is dropped)."""
-        if self.paused is not None:
-            await asyncio.shield(self.paused)
+    async def drain(self, deadline: float | None = None) -> None:
+        """Wait until the socket takes writes again: at most until the link's own health
+        check drops it (its oldest command waited ``command_timeout``), and at most until
+        ``deadline`` (loop time; None: no other bound), past which :class:`NotSent` is
+        raised (nothing of the caller's was written). The link's own bound is measured from
+        a command that may have been written long before the caller came, so a caller whose
+        bound ends sooner (an unlock within cleanup_timeout) needs its own."""
+        paused = self.paused
+        if paused is None:
+            return
+        if deadline is None:
+            await asyncio.shield(paused)
+            return
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.shield(paused)
+        except TimeoutError:
+            raise NotSent(
+                f"the connection to {self.identity.server} took no writes in time (the server "
+                "is not reading them)"
+            ) from None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 

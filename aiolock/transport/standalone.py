@@ -235,7 +235,8 @@ class StandaloneTransport(Transport):
     async def send(self, packed: bytes, *, key: str | None, deadline: float | None = None) -> Call:
         link = await self._current(deadline)
         if link.paused is not None:
-            await link.drain()  # before writing: a caller cancelled here sent nothing
+            # before writing: a caller cancelled here, or whose deadline passed, sent nothing
+            await link.drain(deadline)
         return link.send(packed)
 
     async def fence(self, lost: OutcomeUnknown, deadline: float | None) -> bool:
@@ -262,7 +263,7 @@ class StandaloneTransport(Transport):
                 # reaches the master. What the master has is what counts.
                 return self._fenced_now(identity)
             if link.paused is not None:
-                await link.drain()
+                await link.drain(deadline)
             reply = await wait_call(link.send(pack(command)), deadline)
         except (NotSent, TimeoutError):
             return False
