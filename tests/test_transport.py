@@ -504,6 +504,41 @@ async def test_a_wrong_password_is_a_clear_error(redis_url: str) -> None:
                 await client.lock("auth").try_lock()
 
 
+@pytest.mark.parametrize("password", [None, "wrong"])
+async def test_a_password_required_but_missing_or_wrong_fails_every_call_at_once(
+    fresh_server: RedisServer, password: str | None
+) -> None:
+    """A password-protected server (``requirepass``) reached without a password refuses
+    every command with NOAUTH, and with a wrong one refuses AUTH (WRONGPASS): waiting does
+    not change either, so every call fails at once, saying what to do. Before, NOAUTH
+    (first met at ``CLIENT INFO``) was taken for a connection that may work later: each
+    retry of each call waited out the reconnect backoff (here 2 s, within command_timeout),
+    and the error named CLIENT INFO, not the missing password."""
+    admin = redis.asyncio.Redis.from_url(fresh_server.url)
+    await admin.config_set("requirepass", "pw")
+    await admin.aclose()
+    url = (
+        fresh_server.url if password is None else fresh_server.url.replace("//", f"//:{password}@")
+    )
+    async with aiolock.from_url(
+        url, reconnect_delay=2.0, reconnect_max_delay=2.0, command_timeout=10.0
+    ) as client:
+        async with asyncio.timeout(4):  # far more than a refusal takes, far below 2 s x 8
+            for call in (
+                client.lock("x").try_lock,
+                client.lock("y").lock,
+                client.semaphore("s").acquire,
+                client.lock("z").is_locked,
+            ):
+                with pytest.raises(aiolock.RedisUnavailableError) as info:
+                    await call()
+                message = str(info.value)
+                if password is None:
+                    assert "NOAUTH" in message and "requires a password" in message, message
+                else:
+                    assert "AUTH" in message and "WRONGPASS" in message, message
+
+
 async def test_rediss_against_a_plain_server_says_so_quickly(redis_url: str) -> None:
     url = redis_url.replace("redis://", "rediss://")
     async with aiolock.from_url(url, command_timeout=2) as client:

@@ -73,8 +73,9 @@ class NotSent(Exception):
 
 class Refused(NotSent):
     """The server answered and refused the connection for a reason that waiting does not
-    change (AUTH or SELECT refused, a cluster node or a Sentinel where one server was
-    expected): callers fail at once with it while the next attempt waits its backoff."""
+    change (AUTH or SELECT refused, a password required but none given (NOAUTH) or wrong
+    credentials (WRONGPASS), a cluster node or a Sentinel where one server was expected):
+    callers fail at once with it while the next attempt waits its backoff."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,8 +361,16 @@ class Link(asyncio.Protocol):
                     what = f"SELECT {settings.db} (the database number of the URL or client)"
                 else:
                     what = " ".join(map(str, command[:2]))
-                error = Refused if command[0] in ("AUTH", "SELECT") else NotSent
-                raise error(f"Redis at {settings.address} refused {what}: {reply}")
+                hint = ""
+                if reply.code == "NOAUTH":
+                    hint = (
+                        " (the server requires a password: give it in the URL, "
+                        "redis://[user]:password@host, or to the redis client)"
+                    )
+                # Waiting does not change refused credentials or database: permanent.
+                permanent = command[0] in ("AUTH", "SELECT") or reply.code in _AUTH_REFUSALS
+                error = Refused if permanent else NotSent
+                raise error(f"Redis at {settings.address} refused {what}: {reply}{hint}")
             if command == ("ROLE",):
                 role = reply[0] if isinstance(reply, list) and reply else reply
                 if role != b"master":
@@ -631,6 +640,9 @@ def _hand_out(call: Call, reply: Any) -> None:
 
 #: asks the server's mode (standalone, cluster, sentinel) without leaving RESP2 (Redis >= 6)
 _HELLO: Final = ("HELLO", "2")
+#: error codes that say the server wants other credentials (none given, or wrong ones):
+#: reconnecting does not change them (see Refused)
+_AUTH_REFUSALS: Final = frozenset({"NOAUTH", "WRONGPASS"})
 
 
 def _check_mode(address: str, reply: Any) -> None:
