@@ -606,6 +606,69 @@ async def test_watch_shows_acquire_hand_off_and_release(redis_url: str, r: redis
     assert "Traceback" not in err
 
 
+async def test_inspect_waiting_counts_waiters_not_watchers(redis_url: str, r: redis.Redis) -> None:
+    """WAITING counts the connections that wait for the lock (aiolock's, and a Redisson
+    peer's plain SUBSCRIBE), not the operator's own ``aiolock watch``."""
+    async with aiolock.from_url(redis_url) as a, aiolock.from_url(redis_url) as b:
+        await a.lock("hot").lock()
+        waiter = asyncio.create_task(take_and_release(b.lock("hot"), wait_time=30))
+        await eventually(lambda: true(b.statistics().tasks_waiting == 1))
+        peer = r.pubsub()  # type: ignore[no-untyped-call]
+        peer.subscribe("redisson_lock__channel:{hot}")  # as a Redisson waiter does
+        try:
+            async with watching(redis_url, "hot", "--json") as watch:
+                first = json.loads(await watch.line())
+                assert first["event"] == "watching"
+                assert first["waiting"] == 2
+                found = await inspect_json_async(redis_url, "hot")
+                assert found["hot"]["subscribers"] == 2  # b's connection and the peer's
+                table = await asyncio.to_thread(cli, "inspect", "hot", "--url", redis_url)
+                row = table.stdout.splitlines()[1].split()
+                assert row[:2] == ["lock", "hot"] and row[-1] == "2", table.stdout
+        finally:
+            peer.close()
+        await a.lock("hot").unlock()
+        assert await asyncio.wait_for(waiter, 10)
+
+
+@pytest.mark.parametrize("keyspace", [False, True], ids=["unlock-messages", "keyspace-events"])
+async def test_watch_misses_no_short_hold(redis_url: str, r: redis.Redis, keyspace: bool) -> None:
+    """Holds far shorter than the watch's reads (20 lock/unlock cycles in a row) are all
+    told: seen (released, handed off) or counted (unseen), never lost or counted twice;
+    by the unlock messages, or by keyspace events when ``--keyspace-events`` turns them on
+    (and the server's setting is put back when the watch ends; without the flag it is
+    never changed)."""
+    before = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
+    assert before == ""  # the server's default
+    args = ["--json", "--keyspace-events"] if keyspace else ["--json"]
+    async with watching(redis_url, "quick", *args) as watch:
+        first = json.loads(await watch.line())
+        assert first["keyspace_events"] is keyspace
+        assert first["interval"] == (5.0 if keyspace else 0.5)
+        during = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
+        assert ("K" in during) is keyspace
+        async with aiolock.from_url(redis_url) as client:
+            lock = client.lock("quick")
+            for _ in range(20):
+                await lock.lock()
+                await lock.unlock()
+        told = 0
+        while told < 20:
+            event = await watch.until(
+                lambda e: e["event"] in ("released", "handed_off", "unseen"), within=15
+            )
+            told += event.get("count", 1)
+        await asyncio.sleep(1)  # nothing more may come
+        code, out, err = await watch.interrupt()
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    counted = sum(
+        e.get("count", 1) for e in events if e["event"] in ("released", "handed_off", "unseen")
+    )
+    assert counted == 20, out
+    assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == before
+
+
 # `aiolock watch`, with every read of the lock running an object's __del__ that takes 0.2 s:
 # the way redis-py's Pipeline and PubSub close themselves when collected.
 SLOW_DEL_WATCH = """
@@ -618,9 +681,9 @@ class ClosesInDel:
 
 real_lookup = aiolock.cli.inspect.lookup
 
-def lookup(client, name):
+def lookup(client, name, **options):
     ClosesInDel()  # collected at once: its __del__ runs here
-    return real_lookup(client, name)
+    return real_lookup(client, name, **options)
 
 aiolock.cli.inspect.lookup = lookup
 from aiolock.cli import main
