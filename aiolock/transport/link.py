@@ -294,6 +294,12 @@ class Link(asyncio.Protocol):
                     ssl=settings.ssl_context,
                     server_hostname=settings.host if settings.ssl_context else None,
                 )
+        except ssl.SSLCertVerificationError as exc:
+            raise NotSent(
+                f"TLS handshake with {settings.address} failed: the server's certificate was "
+                f"not verified ({exc.verify_message or exc}). Give the CA that signed it "
+                "(ssl_ca_certs=...), or ssl_cert_reqs='none' to skip verification"
+            ) from exc
         except ssl.SSLError as exc:
             raise NotSent(
                 f"TLS handshake with {settings.address} failed: {exc}. If the server does not "
