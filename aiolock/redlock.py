@@ -317,7 +317,13 @@ class RedLock(MultiLock):
             )
         for member, error in results.items():
             if error is not None and not isinstance(error, LockLostError):
-                logger.debug("aiolock: red lock %r: releasing %r: %s", self.name, member, error)
+                logger.debug(
+                    "aiolock: red lock %r: releasing %r on %s failed: %s",
+                    self.name,
+                    member.lock.name,
+                    "{}/{}".format(*member.server),
+                    error,
+                )
         failed = [e for e in results.values() if isinstance(e, RedisOperationError)]
         if len(failed) >= self.quorum:  # it may still be held by a quorum
             raise RedisOperationError(

@@ -5,6 +5,8 @@ that ``aiolock acl`` prints."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import re
 import shlex
 import socket
@@ -19,7 +21,7 @@ import pytest
 import redis
 
 import aiolock
-from aiolock.testing import RedisServer, external_redis_url, find_redis_server_binary
+from aiolock.testing import RedisServer, TcpProxy, external_redis_url, find_redis_server_binary
 from tests.sync_helpers import eventually, true
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +157,9 @@ def acl_line(*args: str) -> list[str]:
 @pytest.fixture
 def app_user(redis_url: str, r: redis.Redis) -> Iterator[str]:
     """User ``app1`` with the rule ``aiolock acl`` prints for the prefix ``app1:``; its URL."""
-    r.execute_command(*acl_line("--user", "app1", "--prefix", "app1:", "--password", "s3cret"))
+    r.execute_command(  # type: ignore[no-untyped-call]
+        *acl_line("--user", "app1", "--prefix", "app1:", "--password", "s3cret")
+    )
     try:
         yield redis_url.replace("redis://", "redis://app1:s3cret@")
     finally:
@@ -299,3 +303,28 @@ def test_acl_per_type_and_without_fencing() -> None:
     no_password = cli("acl", "--user", "x", "--prefix", "p:")
     assert "cannot log in" in no_password.stderr
     assert not any(w.startswith(">") for w in shlex.split(no_password.stdout))
+
+
+async def test_without_client_kill_the_log_says_what_is_lost_and_what_to_allow(
+    redis_url: str, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user made with ``--no-fencing`` cannot close a connection whose reply was lost; the
+    warning says so in an operator's words and names the permission to add."""
+    rule = acl_line("--user", "nokill", "--prefix", "app1:", "--password", "pw", "--no-fencing")
+    r.execute_command(*rule)  # type: ignore[no-untyped-call]
+    try:
+        async with TcpProxy.for_url(redis_url) as proxy:
+            url = proxy.url.replace("redis://", "redis://nokill:pw@")
+            with caplog.at_level(logging.WARNING, logger="aiolock"):
+                async with aiolock.from_url(url, command_timeout=1) as client:
+                    assert not await client.lock("app1:warm").is_locked()
+                    proxy.drop_next_reply(to="EVALSHA")
+                    with contextlib.suppress(aiolock.AioLockError):
+                        await client.lock("app1:x").try_lock(lease_time=5)
+                    await eventually(lambda: true("CLIENT KILL" in caplog.text), within=10)
+    finally:
+        r.acl_deluser("nokill")
+    [message] = [m for m in caplog.messages if "CLIENT KILL" in m]
+    assert "Redis refused CLIENT KILL (NOPERM" in message
+    assert "+client|kill" in message and "aiolock acl" in message
+    assert "fence" not in message.lower()

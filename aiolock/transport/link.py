@@ -414,7 +414,12 @@ class Link(asyncio.Protocol):
             while (reply := parser.gets()) is not False:
                 self._deliver(reply)
         except Exception as exc:  # a protocol error, a reply nobody asked for: drop the link
-            logger.warning("aiolock: dropping the connection to %s: %r", self.identity, exc)
+            logger.warning(
+                "aiolock: closing the connection to Redis at %s: it sent something "
+                "unexpected (%s); its requests fail and a new connection is opened",
+                self.identity.server,
+                exc,
+            )
             self.close(exc)
             return
         if self.readonly and not self._pending:
