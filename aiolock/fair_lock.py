@@ -20,7 +20,6 @@ past its deadline is presumed dead and dropped when it reaches the head. See
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
 import time
@@ -28,11 +27,12 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from . import acquire, scripts
-from .acquire import Attempt, Command
+from .acquire import Attempt, Command, GiveUp
 from .keys import (
     PUBLISH,
     UNLOCK_MESSAGE,
     check_seconds,
+    fair_alive_key,
     fair_queue_key,
     fair_timeout_key,
     to_millis,
@@ -56,7 +56,14 @@ class FairRule(LockRule):
 
     kind = "fair_lock"
 
-    __slots__ = ("_allowances", "_queue_key", "_timeout_key", "allowance_ms", "clock")
+    __slots__ = (
+        "_alive_key",
+        "_allowances",
+        "_queue_key",
+        "_timeout_key",
+        "allowance_ms",
+        "clock",
+    )
 
     def __init__(
         self,
@@ -67,6 +74,7 @@ class FairRule(LockRule):
         super().__init__(name)
         self._queue_key = fair_queue_key(name)
         self._timeout_key = fair_timeout_key(name)
+        self._alive_key = fair_alive_key(name)
         self.renewal = Renewal(scripts.FAIR_LOCK_RENEW, name)
         #: the most any waiter's allowance may be (ms)
         self.allowance_ms = allowance_ms
@@ -76,8 +84,8 @@ class FairRule(LockRule):
         #: piece of state: lock objects of one name and settings share the rule)
         self._allowances: dict[str, int] = {}
 
-    def _keys(self) -> tuple[str, str, str, str]:
-        return (self.name, self._queue_key, self._timeout_key, self._channel_key)
+    def _keys(self) -> tuple[str, str, str, str, str]:
+        return (self.name, self._queue_key, self._timeout_key, self._channel_key, self._alive_key)
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
@@ -102,15 +110,18 @@ class FairRule(LockRule):
             self._keys(), (lease_ms, owner, allowance, self._now(), UNLOCK_MESSAGE, PUBLISH)
         )
 
-    def give_up(self, owner: str) -> Command | None:
+    def give_up(self, owner: str) -> GiveUp | None:
         allowance = self._allowances.pop(owner, None)
         if allowance == 0:
             return None  # it only tried, it never joined the line
         # Unknown (forgotten): leave the line without moving anyone up; deadlines behind it
-        # then come later than they could, never sooner.
-        return scripts.FAIR_LOCK_GIVE_UP.command(
+        # then come later than they could, never sooner. Sent again while it cannot be known
+        # to have run, for as long as its heartbeat could keep it in line (its allowance
+        # after its last check, which was before now).
+        cmd = scripts.FAIR_LOCK_GIVE_UP.command(
             self._keys(), (UNLOCK_MESSAGE, owner, allowance or 0, self._now(), PUBLISH)
         )
+        return GiveUp(cmd, (allowance or self.allowance_ms) / 1000)
 
     def forget(self, owner: str) -> None:
         """The acquisition of ``owner`` ended (granted, or given up already)."""
@@ -215,15 +226,9 @@ class FairLock(Lock):
         self, grant: Coroutine[Any, Any, Attempt | None], owner: str
     ) -> Attempt | None:
         try:
-            result = await grant
+            return await grant
         finally:
             self._fair_rule.forget(owner)
-        if result is None:
-            # The wait ran out and the loop sent this owner's give-up in a task of its own:
-            # let it go out first, so that an owner trying again at once is not taken out of
-            # the line by its previous acquisition's give-up.
-            await asyncio.sleep(0)
-        return result
 
     def _tasks_waiting(self, who: Owner) -> int:
         # each waiter has a channel of its own: count the owners acquiring it whose wait

@@ -18,6 +18,7 @@ from importlib import resources
 
 import redis
 
+from ..scripts import compose
 from . import inspect, layout
 from .common import (
     FAILED,
@@ -96,13 +97,14 @@ def force_unlock(client: redis.Redis, name: str, *, confirm: bool) -> int:
     if confirm and not _ask("Force-unlock it? Its holder loses the lock without notice. [y/N] "):
         print("Not unlocked.")
         return FAILED
-    script = client.register_script(SCRIPT.read_text(encoding="utf-8"))
+    script = client.register_script(compose(SCRIPT.read_text(encoding="utf-8")))
     keys = [
         name,
         layout.lock_channel(name),
         layout.rwlock_channel(name),
         layout.fair_queue(name),
         layout.fair_timeout(name),
+        layout.fair_alive(name),
     ]
     result = int(script(keys=keys, args=[server_time_ms(client)]))
     if result == 0:
