@@ -693,3 +693,30 @@ def test_bad_arguments(client: aiolock.AioLock) -> None:
     with pytest.raises(ValueError):
         client.fair_lock("")
     assert client.fair_lock("x").wait_allowance == 10
+
+
+async def test_a_waiter_in_line_keeps_its_place_on_a_server_out_of_memory() -> None:
+    """maxmemory reached (noeviction): every check of a waiter writes its heartbeat, which
+    Redis would refuse as a script's first write (it needs memory); the check removes first,
+    so the waiter keeps its place, and takes the lock when the holder releases."""
+    from aiolock.testing import RedisServer, external_redis_url
+
+    if external_redis_url() is not None:
+        pytest.skip("needs its own redis-server")
+    with RedisServer(["--maxmemory-policy", "noeviction"]) as server:
+        async with aiolock.from_url(server.url) as client:
+            redis_client = client.redis
+            holder = client.fair_lock("oom")
+            assert await holder.try_lock(lease_time=30)
+            waiter = asyncio.create_task(_timed_lock(client.fair_lock("oom", wait_allowance=0.4)))
+            await eventually(lambda: _equal(queue_length(redis_client, "oom"), 1))
+            await redis_client.config_set("maxmemory", 1)
+            try:
+                await asyncio.sleep(1.5)  # a heartbeat every 0.1 s
+                assert not waiter.done()
+                assert await queue_length(redis_client, "oom") == 1
+                await holder.unlock()
+                async with asyncio.timeout(10):
+                    await waiter
+            finally:
+                await redis_client.config_set("maxmemory", 0)
