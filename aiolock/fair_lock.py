@@ -8,14 +8,19 @@ Layout (Redisson's, so Java and Python services share one line of waiters):
 * ``redisson_lock_timeout:{name}``: a sorted set, owner -> deadline in Unix milliseconds on
   the clock of the client that wrote it;
 * ``redisson_lock__channel:{name}:<owner>``: one channel per waiter. A release publishes ``0``
-  to the first waiter in line only, so exactly one waiter wakes, the right one.
+  to the first waiter in line only, so exactly one waiter wakes, the right one;
+* ``aiolock_lock_alive:{name}`` (aiolock's own, beside Redisson's keys): a sorted set, owner
+  -> Unix milliseconds on the server's clock until which that waiter is presumed alive.
 
 A waiter joins the tail of the line at its first attempt and the lock goes only to the first
 in line. Each waiter has a *wait allowance* (its ``wait_time``, at most the lock's
-``wait_allowance``, 10 s by default): its deadline is that much past the deadline of the one
-ahead of it (the first one's: past the end of the holder's lease). A waiter still in line
-past its deadline is presumed dead and dropped when it reaches the head. See
-:mod:`aiolock.scripts` ``fair_lock_acquire.lua`` for how the deadlines move.
+``wait_allowance``, 10 s by default). Its deadline is Redisson's: that much past the deadline
+of the one ahead of it (the first one's: past the end of the holder's lease). Its heartbeat
+is aiolock's: each check sets it to its allowance from now, and a waiter checks at least
+every quarter of its allowance. A waiter past its deadline, or whose heartbeat ran out, is
+presumed dead and dropped when it reaches the head, so dead waiters keep a free lock one
+allowance at most, however many. See :mod:`aiolock.scripts` ``fair_lock_acquire.lua`` and
+``fragments/fair_line.lua``.
 """
 
 from __future__ import annotations
@@ -164,13 +169,14 @@ class FairLock(Lock):
 
     Each waiter has a wait allowance: its ``wait_time``, at most ``wait_allowance`` (10 s by
     default; also the allowance of ``lock()``, which waits as long as it takes). It bounds
-    what a waiter that died (kill -9, a lost machine) costs the ones behind it: it is dropped
-    from the line its allowance after its turn came (the lock freed, or its lease ran out),
-    and the waiter behind it notices within its own allowance (waiters behind the first
-    re-check at least that often; only the first in line is woken by a release). A live
-    waiter keeps its place however long the holder keeps the lock; one stopped for longer
-    than its allowance loses it and joins the tail again when it runs again. A waiter that
-    gives up (its wait ran out, it was cancelled) leaves the line at once.
+    what waiters that died (kill -9, a lost machine) cost the live ones behind them: a free
+    lock is kept from a live waiter one allowance at most, however many dead waiters stand
+    ahead of it. Every check of a waiter is its heartbeat, and it checks at least every
+    quarter of its allowance; one whose heartbeat ran out is dropped. A live waiter keeps its
+    place however long the holder keeps the lock; one stopped (or cut off from Redis) for
+    most of its allowance loses it and joins the tail again when it runs again. A waiter that
+    gives up (its wait ran out, it was cancelled) leaves the line at once; a give-up lost on
+    the way is sent again until it is known to have run, for at most its allowance.
 
     The deadlines are Unix milliseconds on each client's clock (Redisson writes them so, and
     a mixed fleet shares them): clients whose clocks differ by less than the smallest wait

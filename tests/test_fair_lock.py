@@ -704,8 +704,10 @@ async def test_a_waiter_in_line_keeps_its_place_on_a_server_out_of_memory() -> N
     if external_redis_url() is not None:
         pytest.skip("needs its own redis-server")
     with RedisServer(["--maxmemory-policy", "noeviction"]) as server:
-        async with aiolock.from_url(server.url) as client:
-            redis_client = client.redis
+        async with (
+            aiolock.from_url(server.url) as client,
+            redis.asyncio.Redis.from_url(server.url) as redis_client,
+        ):
             holder = client.fair_lock("oom")
             assert await holder.try_lock(lease_time=30)
             waiter = asyncio.create_task(_timed_lock(client.fair_lock("oom", wait_allowance=0.4)))
