@@ -644,6 +644,10 @@ async def _send_give_up(rt: Runtime, rule: Rule, give_up: GiveUp) -> None:
         if loop.time() + delay > until or rt.transport.closed:
             logger.debug("aiolock: %r: a give-up was not confirmed: %s", rule.name, reply)
             return
+        if isinstance(reply, OutcomeUnknown):
+            # Fence its link first (when that can be done in time): the lost one then cannot
+            # run later, after the owner's next acquisition joined the line again.
+            await _fence_until(rt, reply, until)
         await asyncio.sleep(delay)
         delay = min(delay * 2, rt.config.reconnect_max_delay)
 
