@@ -90,7 +90,7 @@ class AioLock:
 
     A client of a Sentinel-managed master (``Sentinel(...).master_for(name)``) asks the
     Sentinels where the master is at every connect, through redis-py, and follows it when
-    it moves (see the README's "Sentinel").
+    it moves (see the documentation's "Sentinel", docs/sentinel.md).
     """
 
     def __init__(
@@ -197,7 +197,10 @@ class AioLock:
 
     def rule(self, kind: Callable[[str], R], name: str) -> R:
         """The rule of the object ``name`` made by ``kind`` (rules are immutable: lock
-        objects of one name share one, so making a lock object per request stays cheap)."""
+        objects of one name share one, so making a lock object per request stays cheap).
+
+        :meta private:
+        """
         rules = self._rules
         found = rules.get((kind, name))
         if found is None:
@@ -284,7 +287,10 @@ class AioLock:
     def runtime(self, *, closed_ok: bool = False) -> Runtime:
         """The runtime of the lock types; raises unless the client is used from its own
         event loop and is open (or ``closed_ok``: for what needs no Redis, like reporting
-        the holds a closing client lost)."""
+        the holds a closing client lost).
+
+        :meta private:
+        """
         if self._closed and not closed_ok:
             raise ClientClosedError(f"aiolock client {self.id} is closed")
         loop = asyncio.get_running_loop()
@@ -298,7 +304,10 @@ class AioLock:
         return self._runtime
 
     def resolve_owner(self, owner: Owner | None) -> Owner:
-        """``owner``, or the owner that is the current task."""
+        """``owner``, or the owner that is the current task.
+
+        :meta private:
+        """
         if owner is not None:
             if not isinstance(owner, Owner):
                 raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
@@ -307,7 +316,10 @@ class AioLock:
         return Owner(f"{self.id}:{current_task_id(task)}", task)
 
     def holds_of(self, name: str) -> list[Hold]:
-        """This client's holds on the object ``name``."""
+        """This client's holds on the object ``name``.
+
+        :meta private:
+        """
         return [hold for (held, _), hold in self._runtime.leases.holds.items() if held == name]
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

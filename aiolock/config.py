@@ -36,7 +36,7 @@ class Config:
         followed, on the same connection, by ``WAIT n replica_ack_timeout`` (Redisson's
         ``checkLockSyncedSlaves``). A grant that no replica acknowledged is given back and
         :class:`~aiolock.ReplicationError` raised; at least one acknowledgement (even if
-        fewer than n) is accepted, as in Redisson. See the README, "Replica acknowledgement".
+        fewer than n) is accepted, as in Redisson. See docs/sentinel.md, "Replica acknowledgement".
     replica_ack_timeout:
         How long ``WAIT`` waits for the replicas (seconds; Redisson's ``slavesSyncTimeout``,
         1 s). Must be below ``command_timeout``: the WAIT's time counts in its command's.

@@ -3,8 +3,12 @@
 The layout is Redisson's, so a mixed fleet of Java and Python services can share locks:
 side keys and channels are ``prefix:{name}``, or ``prefix:name`` when the name already holds
 a ``{`` hash tag, so every key and channel of one object lands in the name's cluster slot.
-A name for which that rule would split an object over two slots (``a{b``: an unclosed
-brace; ``{}a``: an empty tag) is rejected before any I/O.
+A name for which that rule would split an object over two slots is rejected before any
+I/O, on every deployment (the same name must work when a service moves to a cluster):
+``a{b`` (an unclosed brace), ``{}a`` (an empty tag), and ``a}b`` (a closing brace with no
+opening one: ``prefix:{a}b}`` has the hash tag ``a``). Every key and channel of every type
+then lands in the name's slot, but for one documented exception: the countdown latch's
+channel of a name with a tag of its own (:func:`latch_channel`).
 
 All durations are seconds (floats), as everywhere in asyncio; Redis gets milliseconds.
 """
@@ -44,10 +48,21 @@ def check_name(name: object) -> str:
             raise ValueError(
                 f"lock name {name!r} cannot be encoded as UTF-8: {exc.reason}"
             ) from None
-    if "{" in name and key_slot(name) != key_slot(suffixed("x", name)):
+    if ("{" in name or "}" in name) and key_slot(name) != key_slot(suffixed("x", name)):
+        if "{" in name:
+            why = (
+                "has a '{' but no usable hash tag ({...} with something inside), so its "
+                "keys and channels"
+            )
+        else:
+            why = (
+                "has a '}' and no '{': the side keys and channels of Redisson's layout wrap "
+                "it as '{name}', whose hash tag stops at that '}', so they"
+            )
         raise ValueError(
-            f"lock name {name!r} has a '{{' but no usable hash tag ({{...}} with something "
-            "inside), so its keys and channels would land in different cluster slots"
+            f"lock name {name!r} {why} would land in another cluster slot than the name "
+            "itself (scripts over them fail with CROSSSLOT on a cluster); use a name without "
+            "braces, or one with a hash tag of its own such as '{tag}rest'"
         )
     return name
 

@@ -25,7 +25,9 @@ which only that client's event loop touches, so clients on many loops and thread
 share a dict that one of them mutates while another iterates. Each client runs one renewal
 task while it has holds to renew; a hold is renewed ``watchdog_timeout / 3`` after its last
 renewal; holds due in the same tick share script calls, grouped by the transport's batch key
-(one hash slot on a cluster) in batches of up to :data:`BATCH`.
+(one hash slot on a cluster) in batches of up to :data:`BATCH`. A batch that a server refuses
+with CROSSSLOT (it did not run: a cluster behind a proxy) is split per slot and sent again
+at once, and the transport batches per slot from then on.
 
 Every hold has a local deadline: when its lease was last set on the server, measured from
 when the command was *sent*, plus the lease, minus a small drift. A timer marks the hold lost
@@ -49,6 +51,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from .config import Config
 from .errors import ClientClosedError, LockLostError
+from .keys import key_slot
 from .metrics import Metrics
 from .scripts import Script
 from .tasks import new_id
@@ -757,6 +760,23 @@ class Watchdog:
         except Exception as exc:  # NotSent, or anything unforeseen: try again next tick
             replies = exc
         metrics = self._leases.metrics
+        if type(replies) is ErrorReply and replies.code == "CROSSSLOT" and len(holds) > 1:
+            # Refused before it ran: a server that did not say it is a cluster node (a
+            # proxy in front of one). Per slot from now on, and this batch again at once.
+            if not self._transport.by_slot:
+                self._transport.refused_cross_slot()
+                watchdog_logger.warning(
+                    "aiolock watchdog: the server refused a renewal across hash slots "
+                    "(CROSSSLOT): renewing per slot from now on. Is it a cluster behind a "
+                    "proxy? A redis+cluster:// URL would route by slot"
+                )
+            slots: dict[Hashable, list[Hold]] = {}
+            for hold in holds:
+                if hold.renewal is not None:
+                    slots.setdefault(key_slot(hold.renewal.key), []).append(hold)
+            if len(slots) > 1:
+                await asyncio.gather(*(self._renew(script, group) for group in slots.values()))
+                return
         if isinstance(replies, ErrorReply | OutcomeUnknown | Exception):
             self._warn(
                 f"renewing {len(holds)} lock(s) failed ({_why(replies)}); trying again next "

@@ -45,6 +45,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .extras import install_hint
+
 try:
     from opentelemetry import metrics as otel
 except ImportError:  # the otel extra is not installed
@@ -76,7 +78,7 @@ COUNTERS = {
     ),
 }
 
-INSTALL_HINT = "aiolock's metrics need OpenTelemetry's API: pip install 'aiolock-redis[otel]'"
+INSTALL_HINT = f"aiolock's metrics need OpenTelemetry's API: {install_hint('otel')}"
 
 
 class _Counted(Protocol):
@@ -154,7 +156,10 @@ class Metrics:
     # -- what the layers record ---------------------------------------------------------
 
     def attributes(self, kind: str, name: str, outcome: str | None = None) -> Mapping[str, str]:
-        """The attributes of an event about the object ``name`` of type ``kind``."""
+        """The attributes of an event about the object ``name`` of type ``kind``.
+
+        :meta private:
+        """
         key = (kind, name if self.lock_names else None, outcome)
         found = self._attributes.get(key)
         if found is None:
@@ -170,7 +175,10 @@ class Metrics:
 
     async def acquisition(self, kind: str, name: str, run: Awaitable[T]) -> T:
         """Await the acquisition ``run`` (its result None: the wait ran out) and record it:
-        its wait, and a grant or a timeout. Its outcome and exceptions pass unchanged."""
+        its wait, and a grant or a timeout. Its outcome and exceptions pass unchanged.
+
+        :meta private:
+        """
         start = time.perf_counter()
         outcome = "error"
         try:
@@ -191,7 +199,10 @@ class Metrics:
                 self._count("aiolock.acquire.timeouts", kind, name)
 
     def hold_ended(self, kind: str, name: str, seconds: float, lost: bool) -> None:
-        """A hold ended after ``seconds``: released, or ``lost``."""
+        """A hold ended after ``seconds``: released, or ``lost``.
+
+        :meta private:
+        """
         try:
             self._hold.record(seconds, self.attributes(kind, name, "lost" if lost else "released"))
         except Exception:
@@ -200,7 +211,10 @@ class Metrics:
             self._count("aiolock.holds.lost", kind, name)
 
     def renewal(self, kind: str, name: str, confirmed: bool) -> None:
-        """The watchdog renewed a hold, or could not."""
+        """The watchdog renewed a hold, or could not.
+
+        :meta private:
+        """
         self._count("aiolock.renewals" if confirmed else "aiolock.renewal.failures", kind, name)
 
     def _count(self, counter: str, kind: str, name: str) -> None:
@@ -234,7 +248,10 @@ class Metrics:
 
     def watch(self, transport: _Counted) -> None:
         """Count ``transport``'s pub/sub reconnects until :meth:`unwatch` (or until it is
-        garbage collected)."""
+        garbage collected).
+
+        :meta private:
+        """
         with self._lock:
             if id(transport) in self._sources or len(self._sources) >= self._sweep_at:
                 self._sweep()  # transports gone without closing (one whose id is reused)
@@ -242,7 +259,10 @@ class Metrics:
             self._sources[id(transport)] = _Source(transport)
 
     def unwatch(self, transport: _Counted) -> None:
-        """Stop watching ``transport`` (its client closed); its reconnects stay counted."""
+        """Stop watching ``transport`` (its client closed); its reconnects stay counted.
+
+        :meta private:
+        """
         with self._lock:
             source = self._sources.pop(id(transport), None)
             if source is not None:

@@ -49,7 +49,7 @@ a failover to a replica that had not received it) lets a second owner gather a q
 the first still believes it holds the lock; so does a holder paused longer than its
 validity (a GC pause, SIGSTOP). The renewal notices the first case at its next tick, never
 before; nothing notices the second. Only a fencing token checked by the guarded resource
-closes these gaps (see the README).
+closes these gaps (see docs/multilock.md).
 """
 
 from __future__ import annotations

@@ -77,6 +77,34 @@ def semaphore_wakes(data: bytes) -> int:
     return max(0, min(int(data), WAKE_CAP))
 
 
+#: semaphores found without a count (their key absent) and reported since they last had one
+_UNSET_REPORTED: set[str] = set()
+_UNSET_REPORTED_KEPT = 1000
+
+
+def no_count(name: str, kind: str, unset: bool) -> None:
+    """Say (once per process, until it has a count again) that the semaphore ``name`` has no
+    count at all: it was never given permits, or was deleted. Like Redisson, aiolock reads
+    that as no permits (another process may set them later), so an acquire waits and a
+    try_acquire fails, which looks like a hang unless someone says why."""
+    if not unset:
+        _UNSET_REPORTED.discard(name)
+        return
+    if name in _UNSET_REPORTED:
+        return
+    if len(_UNSET_REPORTED) >= _UNSET_REPORTED_KEPT:
+        _UNSET_REPORTED.clear()
+    _UNSET_REPORTED.add(name)
+    what = "semaphore" if kind == "semaphore" else "permit-expirable semaphore"
+    logger.warning(
+        "aiolock: %s %r has no permits: it was never given any (its key does not exist). "
+        "acquire() waits and try_acquire() fails until try_set_permits(n), add_permits(n) "
+        "or release() gives it some",
+        what,
+        name,
+    )
+
+
 class _GrantRule(Rule):
     """A rule whose grants are not holds: nothing to release, settle or purge per owner."""
 
@@ -138,7 +166,10 @@ class SemaphoreRule(_GrantRule):
         )
 
     def parse(self, reply: Any) -> Attempt:
-        return GRANTED if reply == 1 else Attempt(False)
+        if reply == 1:
+            return GRANTED
+        no_count(self.name, self.kind, reply == -1)
+        return Attempt(False)
 
     async def settle_attempt(self, rt: Runtime, owner: str, count: int) -> Attempt | Any:
         if await self._latches.read(rt, self.name, owner) is not None:
@@ -422,6 +453,7 @@ class PermitRule(Rule):
         taken, wait_ms = int(reply[0]), int(reply[1])
         if taken:
             return GRANTED
+        no_count(self.name, self.kind, reply[2] == 1)
         return Attempt(False, wait_ms if wait_ms >= 0 else None)
 
     async def held(self, rt: Runtime, permit: str) -> bool:

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from . import (
     cluster,
@@ -43,6 +44,9 @@ from .runner import (
     environment,
     write_json,
 )
+
+#: the benchmarks run from a clone: what installs their extra there
+BENCH_HINT = "pip install -e '.[bench]'"
 
 SCENARIOS: dict[str, ModuleType] = {
     "uncontended": uncontended,
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import uvloop  # noqa: F401
         except ImportError:
-            console.print("[red]uvloop is not installed: pip install 'aiolock[bench]'")
+            console.print("[red]uvloop is not installed:[/red]", escape(BENCH_HINT))
             return 2
     server: Any = None
     started = time.monotonic()
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                     res: ScenarioResult = SCENARIOS[name].run(settings, loop)
                 except Exception as exc:
                     res = ScenarioResult(name, loop, [], {}, error=f"{exc!r}")
-                    console.print(f"[red]failed: {exc!r}")
+                    console.print(f"[red]failed: {escape(repr(exc))}")
                     console.print(traceback.format_exc(), style="dim", markup=False)
                 res.seconds = time.monotonic() - t0
                 res.loadavg_before, res.loadavg_after = load0, os.getloadavg()

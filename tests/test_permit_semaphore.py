@@ -82,6 +82,42 @@ async def test_counts(client: aiolock.AioLock) -> None:
     assert await pes.available_permits() == 1
 
 
+async def test_a_semaphore_never_given_permits_says_so(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the plain semaphore's: no count, no permits (try_acquire returns None, acquire
+    waits until they are set), and a warning says why, once until it has a count again."""
+    pes = client.permit_expirable_semaphore("pes-never-set")
+    caplog.set_level(logging.WARNING, logger="aiolock")
+
+    def warnings() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "aiolock" and "'pes-never-set' has no permits" in r.getMessage()
+        ]
+
+    assert await pes.try_acquire() is None
+    assert await pes.try_acquire(wait_time=0.05) is None
+    [warning] = warnings()
+    assert warning.startswith("aiolock: permit-expirable semaphore 'pes-never-set' has no")
+    waiter = asyncio.create_task(pes.acquire(lease_time=10))
+    await asyncio.sleep(0.2)
+    assert not waiter.done()
+    assert await pes.try_set_permits(1)
+    await pes.release(await asyncio.wait_for(waiter, 10))
+    caplog.clear()
+    assert await pes.try_set_permits(0) is False  # it has a count: 1
+    taken = await pes.try_acquire()
+    assert taken is not None
+    assert await pes.try_acquire() is None  # none left, but set: nothing to say
+    assert warnings() == []
+    await pes.release(taken)
+    await redis_client.delete("pes-never-set")
+    assert await pes.try_acquire() is None
+    assert len(warnings()) == 1
+
+
 async def test_releasing_a_permit_not_held_changes_nothing(
     client: aiolock.AioLock, redis_client: redis.asyncio.Redis
 ) -> None:

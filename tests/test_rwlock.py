@@ -81,7 +81,7 @@ async def test_readers_share_while_a_writer_waits_then_the_writer_gets_it(
     holders.start(10, rw.write_lock())
     await asyncio.sleep(0.1)
     assert 10 not in holders.inside
-    # a new reader still comes in while the writer waits (Redisson's rule; see the README)
+    # a new reader still comes in while the writer waits (Redisson's rule; see docs/locks.md)
     holders.start(3, other.read_lock())
     await eventually(lambda: _true(3 in holders.inside))
     await holders.release(0, 1, 2)

@@ -4,6 +4,7 @@ cancellation, lost replies (settled by request latches), a server out of memory.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -66,6 +67,54 @@ async def test_permits_count(client: aiolock.AioLock) -> None:
     assert await sem.add_permits(3) == 3
     assert await sem.add_permits(-1) == 2
     assert await client.semaphore("zero").try_set_permits(0)  # a semaphore may start closed
+
+
+def unset_warnings(caplog: pytest.LogCaptureFixture, name: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "aiolock" and f"{name!r} has no permits" in r.getMessage()
+    ]
+
+
+async def test_a_semaphore_never_given_permits_says_so(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A semaphore without a count (never set, or deleted) has no permits, as in Redisson:
+    try_acquire fails and acquire waits, which looked like a hang. A warning says why and
+    what gives it permits, once until it has a count again. acquire still waits (another
+    process may set the permits later) and is served once they are set."""
+    sem = client.semaphore("never-set")
+    caplog.set_level(logging.WARNING, logger="aiolock")
+    assert not await sem.try_acquire()
+    assert not await sem.try_acquire(2, wait_time=0.05)
+    [warning] = unset_warnings(caplog, "never-set")
+    assert "semaphore 'never-set' has no permits: it was never given any" in warning
+    assert "try_set_permits(n), add_permits(n) or release()" in warning
+
+    waiter = asyncio.create_task(sem.acquire())
+    await asyncio.sleep(0.2)
+    assert not waiter.done()
+    assert len(unset_warnings(caplog, "never-set")) == 1
+    assert await sem.try_set_permits(1)
+    await asyncio.wait_for(waiter, 10)
+
+    caplog.clear()
+    assert not await sem.try_acquire()  # set, and none left: nothing to say
+    assert unset_warnings(caplog, "never-set") == []
+    await redis_client.delete("never-set")
+    assert not await sem.try_acquire()  # deleted: said again
+    assert len(unset_warnings(caplog, "never-set")) == 1
+
+
+async def test_a_semaphore_set_to_zero_permits_is_not_reported(
+    client: aiolock.AioLock, caplog: pytest.LogCaptureFixture
+) -> None:
+    sem = client.semaphore("zero")
+    caplog.set_level(logging.WARNING, logger="aiolock")
+    assert await sem.try_set_permits(0)
+    assert not await sem.try_acquire(wait_time=0.05)
+    assert unset_warnings(caplog, "zero") == []
 
 
 async def test_release_may_raise_the_count_above_what_was_set(client: aiolock.AioLock) -> None:
@@ -187,7 +236,7 @@ async def test_a_release_wakes_as_many_waiters_as_it_frees_permits(
 
 
 async def test_a_large_request_is_passed_over_by_smaller_ones(client: aiolock.AioLock) -> None:
-    """The starvation the README states: a waiter for 3 permits, first in line, is passed
+    """The starvation docs/synchronizers.md states: a waiter for 3 permits, first in line, is passed
     over by later waiters for 1 while fewer than 3 are free, so a steady stream of small
     requests can keep it waiting; it is served as soon as 3 are free at once."""
     sem = client.semaphore("big-and-small")

@@ -24,7 +24,7 @@ async def test_a_paused_holder_learns_it_lost_its_permit(
     """SIGSTOP a holder past its lease: its permit expires and someone else takes it; when
     the holder runs again its guard is cancelled at once with LockLostError, which accounts
     for the loss: releasing the permit afterwards says it is not held (a paused process
-    cannot be stopped from acting before it notices: see the README)."""
+    cannot be stopped from acting before it notices: see docs/concepts.md)."""
     pes = make_client().permit_expirable_semaphore("paused")
     assert await pes.try_set_permits(1)
     worker = await start_worker("pes-guard", redis_url, "paused", "0.6")

@@ -7,8 +7,8 @@ Subcommands, one module each:
 * :mod:`~aiolock.cli.unlock`: ``aiolock unlock --force NAME``, delete a stuck lock and wake its
   waiters;
 * :mod:`~aiolock.cli.watch`: ``aiolock watch NAME``, holder changes and hand-offs, live;
-* :mod:`~aiolock.cli.demo`: ``aiolock demo``, the flash-sale demo (``pip install
-  'aiolock-redis[demo]'``).
+* :mod:`~aiolock.cli.demo`: ``aiolock demo``, the flash-sale demo (the ``demo``
+  extra).
 
 They read Redisson's key layout (:mod:`~aiolock.cli.layout`), so they work on objects made by
 Redisson (Java) as well as by aiolock. The Redis URL is ``--url``, else ``AIOLOCK_URL``, else

@@ -66,6 +66,8 @@ def connect(url: str) -> Iterator[redis.Redis]:
     try:
         try:
             client.ping()
+        except redis.ResponseError as exc:  # it answered: AUTH or SELECT refused
+            raise CliError(f"Redis at {redact(url)} refused the connection: {exc}") from exc
         except (RedisError, OSError) as exc:
             raise CliError(f"cannot reach Redis at {redact(url)}: {exc}") from exc
         yield client

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..demo.strategies import NAMES
+from ..extras import install_hint
 
-INSTALL_HINT = "pip install 'aiolock-redis[demo]'"
+INSTALL_HINT = install_hint("demo")
 MISSING_EXTRA = 3
 """Exit code when the demo's extra is not installed."""
 
@@ -21,8 +22,8 @@ DESCRIPTION = """\
 A flash sale (seckill) of COUPONS coupons, one per user, across several worker processes
 against Redis, sold three ways: naive (read, check, write back: oversells), lock (the same
 steps under aiolock locks) and lua (one atomic script; the orders go through a Redis Stream
-consumer group into a database). Ends with a table comparing them. Needs the demo extra:
-pip install 'aiolock-redis[demo]'.
+consumer group into a database). Ends with a table comparing them. Needs the demo extra
+(rich): pip install -e '.[demo]' in a clone of aiolock.
 """
 
 

@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager
 
 from redis.exceptions import RedisError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .db import temporary_sqlite
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with ExitStack() as stack:
             redis_url = stack.enter_context(
-                redis_for_demo(args.redis, embedded=args.embedded, say=console.print)
+                redis_for_demo(args.redis, embedded=args.embedded, say=_plain(console))
             )
             db_url = args.db
             if db_url is None and "lua" in strategies:
@@ -58,12 +59,12 @@ def run(args: argparse.Namespace) -> int:
             console.print(
                 f"Flash sale: {options.coupons:,} coupons, {options.attempts:,} attempts by "
                 f"{options.users:,} users, {options.workers} processes x "
-                f"{options.concurrency} buyers\nRedis: {redis_url}, seed {seed}"
+                f"{options.concurrency} buyers\nRedis: {escape(redis_url)}, seed {seed}"
             )
             with _progress(console) as on_start:
                 results = asyncio.run(run_demo(options, on_start))
     except (DemoError, RedisError, OSError) as exc:
-        console.print(f"[red]The demo failed:[/] {exc}")
+        console.print(f"[red]The demo failed:[/] {escape(str(exc))}")
         return FAILED
     except KeyboardInterrupt:
         console.print("Interrupted; the run's keys were deleted.")
@@ -73,6 +74,12 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n")
     must_be_correct = [r for r in results if r.strategy != "naive"]
     return 0 if all(r.correct for r in must_be_correct) else RESULTS_WRONG
+
+
+def _plain(console: Console) -> Callable[[str], None]:
+    """Print text as it is: an error or a URL may hold brackets (``[postgres]``, ``[::1]``)
+    that rich would take for markup and drop."""
+    return lambda text: console.print(escape(text))
 
 
 @contextmanager

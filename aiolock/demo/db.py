@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from ..extras import install_hint
 from .errors import DemoError
 
 T = TypeVar("T")
@@ -161,8 +162,7 @@ class PostgresStore:
             import asyncpg
         except ImportError as exc:
             raise DemoError(
-                f"a PostgreSQL orders database needs asyncpg ({exc}): "
-                "pip install 'aiolock-redis[postgres]'"
+                f"a PostgreSQL orders database needs asyncpg ({exc}): {install_hint('postgres')}"
             ) from exc
 
         pool = await asyncpg.create_pool(url, min_size=1, max_size=4)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from .sale import Outcome
@@ -147,7 +148,8 @@ def database_line(result: StrategyResult) -> str:
     status = "[green]OK[/]" if result.database_ok else "[bold red]MISMATCH[/]"
     return (
         f"{result.strategy}: {db.rows} orders in the database for {result.sold} coupons sold, "
-        f"{db.rows - db.distinct_users} users twice: {status}\n  {db.store}, table {db.table}"
+        f"{db.rows - db.distinct_users} users twice: {status}\n  {escape(db.store)}, "
+        f"table {escape(db.table)}"
     )
 
 

@@ -9,8 +9,9 @@
 -- ARGV[3]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- ARGV[4]  how many expired permits one call returns to the pool at most
 -- Returns  {1, 0} when the permit was taken (expiring a lease after the server's clock now);
---          {0, ms until the earliest permit expires} when none is available, or {0, -1}
---          when no permit ever expires by itself (wait for a release).
+--          {0, ms until the earliest permit expires, unset} when none is available, or
+--          {0, -1, unset} when no permit ever expires by itself (wait for a release); unset
+--          is 1 if the semaphore has no count at all (never set, or deleted), else 0.
 -- Expired permits are returned to the pool first: the count grows by their number and the
 -- new count is published. Times are the server's (TIME), so clients' clocks do not matter.
 --@include server_ms
@@ -26,7 +27,8 @@ end
 if redis.call('zscore', KEYS[2], ARGV[1]) then
     return {1, 0}
 end
-if tonumber(redis.call('get', KEYS[1]) or '0') >= 1 then
+local count = redis.call('get', KEYS[1])
+if tonumber(count or '0') >= 1 then
     redis.call('decr', KEYS[1])
     redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
     local ttl = redis.call('pttl', KEYS[1])
@@ -35,8 +37,12 @@ if tonumber(redis.call('get', KEYS[1]) or '0') >= 1 then
     end
     return {1, 0}
 end
+local unset = 0
+if not count then
+    unset = 1
+end
 local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
 if first[1] and tonumber(first[2]) < 922337203685477 then
-    return {0, math.max(0, tonumber(first[2]) - now)}
+    return {0, math.max(0, tonumber(first[2]) - now), unset}
 end
-return {0, -1}
+return {0, -1, unset}

@@ -8,14 +8,16 @@
 -- ARGV[4..] ids of the client's earlier requests on this object whose replies arrived:
 --          their latches are forgotten
 -- Returns  1 if the permits were taken (the request's latch records it), 0 if fewer are
---          available (nothing recorded). A request that already took them returns 1 again
---          and takes nothing more. On a server out of memory, the DECRBY, its first write,
---          is refused: no permits are taken there.
+--          available, -1 if the semaphore has no count at all (never set, or deleted: no
+--          permits, as for Redisson); nothing is recorded then. A request that already took
+--          them returns 1 again and takes nothing more. On a server out of memory, the
+--          DECRBY, its first write, is refused: no permits are taken there.
 if redis.call('hexists', KEYS[2], ARGV[3]) == 1 then
     return 1
 end
 local wanted = tonumber(ARGV[1])
-local taken = tonumber(redis.call('get', KEYS[1]) or '0') >= wanted
+local available = redis.call('get', KEYS[1])
+local taken = tonumber(available or '0') >= wanted
 if taken then
     redis.call('decrby', KEYS[1], wanted)
 end
@@ -23,6 +25,9 @@ if #ARGV > 3 then
     redis.call('hdel', KEYS[2], unpack(ARGV, 4))
 end
 if not taken then
+    if not available then
+        return -1
+    end
     return 0
 end
 redis.call('hset', KEYS[2], ARGV[3], 1)

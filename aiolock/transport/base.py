@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
+from ..keys import key_slot
 from .link import Call, OutcomeUnknown
 from .subscriber import Listener
 
@@ -61,9 +62,20 @@ class Transport(ABC):
     def unsubscribe(self, channel: bytes, *, key: str) -> None:
         """Stop listening to ``channel``."""
 
+    #: whether a script call over several objects must keep to one hash slot: always on a
+    #: cluster; on one server once it refused such a call with CROSSSLOT (a proxy in front
+    #: of a cluster, or a cluster node whose mode could not be asked)
+    by_slot: bool = False
+
     def batch_key(self, key: str) -> Hashable:
-        """Keys with equal batch keys may share one script call (one slot on a cluster)."""
-        return None
+        """Keys with equal batch keys may share one script call: every key on one server
+        (fewer round trips), one hash slot where :attr:`by_slot`."""
+        return key_slot(key) if self.by_slot else None
+
+    def refused_cross_slot(self) -> None:
+        """A call over several objects was answered CROSSSLOT (so it did not run): batch per
+        slot from now on."""
+        self.by_slot = True
 
     @abstractmethod
     def statistics(self) -> TransportStatistics: ...

@@ -13,7 +13,11 @@ Redirects, retried within the command's time (``command_timeout`` from its first
   updates redis-py's slot map and reloads it in the background.
 * ``TRYAGAIN``, ``CLUSTERDOWN``, ``LOADING``, ``MASTERDOWN`` and ``READONLY`` (a master
   demoted under us) also mean it did not run: it is sent again after a backoff, the slot map
-  reloaded first.
+  reloaded first. Neither the reload nor the backoff waits more than half the time left, so
+  the reply, and a redirect it may bring (the slot moved meanwhile), still come in time.
+* When the time runs out (or after ``MAX_REDIRECTS`` redirects in a row), the last error
+  reply is the result, saying what happened: the codes seen, the slot, how many sends over
+  how long, and that the command did not run.
 * ``NOSCRIPT`` (a promoted replica has an empty script cache) is the link's own fallback to
   ``EVAL``.
 
@@ -35,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -151,6 +155,8 @@ class _Routed:
 
 class ClusterTransport(Transport):
     """Commands routed by hash slot over one link per master (see the module docstring)."""
+
+    by_slot = True
 
     def __init__(self, cluster: RedisCluster, config: Config) -> None:
         self.cluster = cluster
@@ -359,14 +365,18 @@ class ClusterTransport(Transport):
 
     def _follow(self, first: Call, packed: bytes, key: str | None) -> Call:
         """A call that settles with the reply of ``first`` or, when that is a redirect, of
-        the command sent again where the cluster says (see the module docstring)."""
+        the command sent again where the cluster says (see the module docstring), within
+        ``command_timeout`` of the first send: a backoff never sleeps past half the time
+        left, so a redirect that comes back after it is still followed in time."""
         loop = asyncio.get_running_loop()
         outer = Call(loop.create_future(), first.sent_at, packed)
         until = first.sent_at + self.config.command_timeout
-        hops = 0
+        redirects = 0  # MOVED/ASK followed in a row (a loop of them is cut short)
+        tries = 0  # sends after the first, of every kind
+        seen: dict[str, None] = {}  # the codes answered, in order
 
         def arrived(future: asyncio.Future[Any]) -> None:
-            nonlocal hops
+            nonlocal redirects, tries
             reply = future.result()
             if type(reply) is not ErrorReply or self._closed:
                 outer.settle(reply)
@@ -375,12 +385,27 @@ class ClusterTransport(Transport):
             if code not in _REDIRECTS and code not in _TRY_AGAIN:
                 outer.settle(reply)
                 return
-            hops += 1
-            if hops > MAX_REDIRECTS or loop.time() >= until:
-                outer.settle(reply)
+            seen[code] = None
+            redirects = redirects + 1 if code in _REDIRECTS else 0
+            if redirects > MAX_REDIRECTS:
+                outer.settle(given_up(reply, f"{MAX_REDIRECTS} redirects in a row"))
                 return
+            if loop.time() >= until:
+                ran_out = f"command_timeout ({self.config.command_timeout:g} s) ran out"
+                outer.settle(given_up(reply, ran_out))
+                return
+            tries += 1
             self._redirects += 1
             self._spawn(resend(reply, code))
+
+        def given_up(reply: ErrorReply, why: str) -> ErrorReply:
+            """``reply``, saying what happened (its first word, the code, stays)."""
+            slot = f"slot {key_slot(key)}" if key is not None else "the command's slot"
+            return ErrorReply(
+                f"{reply} (the command did not run: the cluster answered "
+                f"{', '.join(seen)} for {slot}, which was moving or had no master, over "
+                f"{tries + 1} sends in {loop.time() - first.sent_at:.2f} s, until {why})"
+            )
 
         async def resend(reply: ErrorReply, code: str) -> None:
             try:
@@ -406,15 +431,23 @@ class ClusterTransport(Transport):
                         link.send(_ASKING)
                         command = eval_fallback(packed) or packed
                 else:
-                    await asyncio.shield(self.refresh())
-                    delay = self.config.reconnect_delay * 2 ** min(hops, 6)
-                    await asyncio.sleep(min(delay, self.config.reconnect_max_delay))
+                    # Tried again after a backoff, the slot map reloaded first; neither
+                    # takes more than half the time left, which leaves the other half for
+                    # the reply and a redirect it may bring.
+                    half = (until - loop.time()) / 2
+                    refreshed = self.refresh()
+                    if not refreshed.done():
+                        await asyncio.wait([refreshed], timeout=max(0.0, half))
+                    delay = self.config.reconnect_delay * 2 ** min(tries, 6)
+                    delay = min(delay, self.config.reconnect_max_delay, half)
+                    if delay > 0:
+                        await asyncio.sleep(delay)
                     link = await self._link_for(key, until)
                 call = link.send(command)
             except (NotSent, ValueError) as exc:
                 # Not sent again: the last reply stands (the command did not run).
                 logger.debug("aiolock: following %s failed: %r", code, exc)
-                outer.settle(reply)
+                outer.settle(given_up(reply, f"it could not be sent again ({exc})"))
                 return
             except BaseException:
                 outer.settle(reply)  # closing: not sent again
@@ -458,9 +491,6 @@ class ClusterTransport(Transport):
             while len(self._fenced) > _FENCES_KEPT:
                 del self._fenced[next(iter(self._fenced))]
         return fenced
-
-    def batch_key(self, key: str) -> Hashable:
-        return key_slot(key)
 
     # -- pub/sub --------------------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 After a failed attempt the next one waits ``reconnect_delay * 2^n`` (at most
 ``reconnect_max_delay``) with equal jitter, so a 1 ms outage does not use up every retry and
 a long one does not turn into a connect storm. A caller never waits past its own deadline:
-it gets the last error instead. A link opened after every caller stopped waiting is still
-handed to ``adopt``, so none is ever left unowned.
+it gets the last error instead, and does not wait at all after a refusal that waiting would
+not change (:class:`~.link.Refused`: a wrong password or database, a cluster node). A link
+opened after every caller stopped waiting is still handed to ``adopt``, so none is ever
+left unowned.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 from ..config import Config
-from .link import Link, NotSent
+from .link import Link, NotSent, Refused
 
 
 class Connector:
@@ -53,8 +55,11 @@ class Connector:
             if attempt is None:
                 pause = self._not_before - loop.time()
                 if pause > 0:
+                    last = self._last_error
+                    if isinstance(last, Refused):
+                        raise Refused(str(last))  # waiting would not change the answer
                     if deadline is not None and loop.time() + pause > deadline:
-                        raise self._last_error or NotSent("reconnecting")
+                        raise last or NotSent("reconnecting")
                     await asyncio.sleep(pause)
                     continue
                 attempt = self._attempt = loop.create_future()

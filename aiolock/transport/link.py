@@ -71,6 +71,12 @@ class NotSent(Exception):
     """Nothing was sent: no connection could be opened (safe to try again)."""
 
 
+class Refused(NotSent):
+    """The server answered and refused the connection for a reason that waiting does not
+    change (AUTH or SELECT refused, a cluster node or a Sentinel where one server was
+    expected): callers fail at once with it while the next attempt waits its backoff."""
+
+
 @dataclass(frozen=True, slots=True)
 class LinkIdentity:
     """Who a link was on the server: enough to kill it there (``CLIENT KILL``)."""
@@ -210,10 +216,14 @@ class Link(asyncio.Protocol):
         sink: Sink | None = None,
         on_closed: Callable[[Link, BaseException], None] | None = None,
         master_only: bool = False,
+        standalone: bool = False,
     ) -> None:
         self.settings = settings
         #: whether the handshake checks that the server is a master (``ROLE``)
         self.master_only = master_only
+        #: whether the handshake checks that the server is neither a cluster node nor a
+        #: Sentinel (``HELLO``'s ``mode``): the links of a one-server transport
+        self.standalone = standalone
         #: set once a command was answered READONLY (see the module docstring)
         self.readonly = False
         self._command_timeout = command_timeout
@@ -256,8 +266,9 @@ class Link(asyncio.Protocol):
     async def open(
         cls, settings: ServerSettings, *, command_timeout: float, ping_interval: float, **kw: Any
     ) -> Link:
-        """Connect and run the handshake (AUTH, SELECT, CLIENT SETNAME, CLIENT INFO), bounded
-        by ``command_timeout``. Raises :class:`NotSent` with what went wrong."""
+        """Connect and run the handshake (AUTH, SELECT, CLIENT SETNAME, HELLO and ROLE where
+        asked, CLIENT INFO), bounded by ``command_timeout``. Raises :class:`NotSent` with what
+        went wrong."""
         link = cls(settings, command_timeout=command_timeout, ping_interval=ping_interval, **kw)
         try:
             async with asyncio.timeout(command_timeout):
@@ -312,6 +323,8 @@ class Link(asyncio.Protocol):
             commands.append(("SELECT", settings.db))
         if settings.client_name:
             commands.append(("CLIENT", "SETNAME", settings.client_name))
+        if self.standalone:
+            commands.append(_HELLO)
         if self.master_only:
             commands.append(("ROLE",))
         commands.append(("CLIENT", "INFO"))
@@ -328,8 +341,16 @@ class Link(asyncio.Protocol):
                     break  # an old server or a restricted user: no identity, no fencing
                 if command == ("ROLE",) and _tolerable(reply):
                     continue  # a restricted user: READONLY replies still tell a replica
-                what = "AUTH (authentication)" if command[0] == "AUTH" else " ".join(command[:2])
-                raise NotSent(f"Redis at {settings.address} refused {what}: {reply}")
+                if command == _HELLO and _unanswered(reply):
+                    continue  # Redis < 6, a proxy: the mode is not known
+                if command[0] == "AUTH":
+                    what = "AUTH (authentication)"
+                elif command[0] == "SELECT":
+                    what = f"SELECT {settings.db} (the database number of the URL or client)"
+                else:
+                    what = " ".join(map(str, command[:2]))
+                error = Refused if command[0] in ("AUTH", "SELECT") else NotSent
+                raise error(f"Redis at {settings.address} refused {what}: {reply}")
             if command == ("ROLE",):
                 role = reply[0] if isinstance(reply, list) and reply else reply
                 if role != b"master":
@@ -337,6 +358,8 @@ class Link(asyncio.Protocol):
                         f"Redis at {settings.address} is not a master (ROLE: {role!r}); "
                         "a failover is under way"
                     )
+            if command == _HELLO:
+                _check_mode(settings.address, reply)
             if command[:2] == ("CLIENT", "INFO"):
                 self.identity = _identity(settings.address, reply)
 
@@ -573,6 +596,38 @@ def _hand_out(call: Call, reply: Any) -> None:
         future.set_result(reply)
     else:
         call.settle(reply)
+
+
+#: asks the server's mode (standalone, cluster, sentinel) without leaving RESP2 (Redis >= 6)
+_HELLO: Final = ("HELLO", "2")
+
+
+def _check_mode(address: str, reply: Any) -> None:
+    """Refuse a cluster node or a Sentinel where one server is expected (``HELLO`` reply)."""
+    if not isinstance(reply, list):
+        return
+    fields = dict(zip(reply[::2], reply[1::2], strict=False))
+    mode = fields.get(b"mode")
+    if mode == b"cluster":
+        raise Refused(
+            f"Redis at {address} is a Redis Cluster node (cluster-enabled yes), even with one "
+            "shard: use a redis+cluster:// URL (aiolock.from_url('redis+cluster://host:port')) "
+            "or AioLock(redis.asyncio.RedisCluster(...)). A client of one server would mix "
+            "hash slots in one script (CROSSSLOT) and could not follow slots to other shards"
+        )
+    if mode == b"sentinel":
+        raise Refused(
+            f"Redis at {address} is a Sentinel, not the master it monitors: use a "
+            "redis+sentinel://host:port/<service> URL or Sentinel(...).master_for(<service>)"
+        )
+
+
+def _unanswered(reply: ErrorReply) -> bool:
+    """An error to HELLO that leaves the connection usable: HELLO unknown, renamed away or
+    not supported (Redis < 6, a proxy), or asked before AUTH (then the next command says
+    so, without HELLO's long explanation)."""
+    text = str(reply).lower()
+    return _tolerable(reply) or reply.code == "NOAUTH" or "support" in text
 
 
 def _tolerable(reply: ErrorReply) -> bool:

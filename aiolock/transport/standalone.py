@@ -66,6 +66,7 @@ class StandaloneTransport(Transport):
             command_timeout=config.command_timeout,
             ping_interval=config.ping_interval,
             master_only=self.resolver.moves,
+            standalone=True,
         )
         return await self._still_master(link)
 
@@ -107,6 +108,7 @@ class StandaloneTransport(Transport):
             sink=sink,
             on_closed=on_closed,
             master_only=self.resolver.moves,
+            standalone=True,
         )
         return await self._still_master(link)
 

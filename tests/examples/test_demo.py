@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -29,8 +30,10 @@ from aiolock.demo.sale import Outcome, SaleKeys, arrivals
 from aiolock.demo.strategies import SECKILL_BUY, Atomic
 from aiolock.testing import find_redis_server_binary
 
-POSTGRES = ("127.0.0.1", 5432)
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+# A PostgreSQL the demo may write to (the postgres extra); the test skips without one.
+POSTGRES_URL = os.environ.get(
+    "AIOLOCK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
 
 # Small, but racy: 2 processes x 16 buyers each read the stock before anyone writes it back.
 SMALL = ["--coupons", "20", "--users", "40", "--attempts", "150", "--workers", "2",
@@ -114,8 +117,34 @@ def test_python_m_aiolock_demo(redis_url: str, tmp_path: Path) -> None:
     assert "correct" in proc.stdout and "WRONG" in proc.stdout
 
 
-@pytest.mark.skipif(not answers(POSTGRES), reason="no PostgreSQL at 127.0.0.1:5432")
+def postgresql() -> Any:
+    """asyncpg, once ``POSTGRES_URL`` is known to accept a connection; else skip, saying why
+    (nothing answers; the postgres extra is not installed; PostgreSQL refuses the URL)."""
+    parts = urlsplit(POSTGRES_URL)
+    where = f"{parts.hostname}:{parts.port or 5432}"
+    if not answers((parts.hostname or "127.0.0.1", parts.port or 5432)):
+        pytest.skip(f"no PostgreSQL at {where}")
+    asyncpg = pytest.importorskip(
+        "asyncpg",
+        reason=f"PostgreSQL answers at {where} but the postgres extra is not installed: "
+        "pip install -e '.[postgres]'",
+    )
+
+    async def connect() -> None:
+        conn = await asyncpg.connect(POSTGRES_URL, timeout=10)
+        await conn.close()
+
+    try:
+        asyncio.run(connect())
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+        pytest.skip(
+            f"PostgreSQL at {where} refuses {POSTGRES_URL} (set AIOLOCK_TEST_POSTGRES_URL): {exc}"
+        )
+    return asyncpg
+
+
 def test_lua_orders_land_in_postgresql_once(redis_url: str, tmp_path: Path) -> None:
+    asyncpg = postgresql()
     out = tmp_path / "results.json"
     code = main(
         ["demo", "--strategy", "lua", *SMALL, "--redis", redis_url, "--db", POSTGRES_URL,
@@ -125,10 +154,12 @@ def test_lua_orders_land_in_postgresql_once(redis_url: str, tmp_path: Path) -> N
     assert code == 0
     lua = by_strategy(out)["lua"]
     assert_correct(lua)
-    assert lua["database"]["store"] == "PostgreSQL 127.0.0.1:5432/test"
+    parts = urlsplit(POSTGRES_URL)
+    assert (
+        lua["database"]["store"] == f"PostgreSQL {parts.hostname}:{parts.port or 5432}{parts.path}"
+    )
     assert (lua["database"]["rows"], lua["database"]["distinct_users"]) == (20, 20)
     table = lua["database"]["table"]
-    asyncpg = pytest.importorskip("asyncpg", reason="the postgres extra is not installed")
 
     async def table_exists() -> bool:
         conn = await asyncpg.connect(POSTGRES_URL)

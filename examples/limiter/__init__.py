@@ -1,0 +1,1 @@
+"""At most N calls at once across workers: a semaphore (see limiter.py)."""
