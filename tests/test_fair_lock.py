@@ -335,6 +335,7 @@ async def _line_up_in_a_process(
     return peer
 
 
+@pytest.mark.slow
 async def test_dead_waiters_keep_a_free_lock_one_allowance_at_most_however_many(
     client: aiolock.AioLock, redis_client: redis.asyncio.Redis, peers: Peers
 ) -> None:
@@ -358,6 +359,7 @@ async def test_dead_waiters_keep_a_free_lock_one_allowance_at_most_however_many(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("holder", ["aiolock", "redisson"])
 async def test_a_waiter_killed_before_an_early_release_keeps_the_lock_one_allowance_at_most(
     client: aiolock.AioLock, redis_client: redis.asyncio.Redis, peers: Peers, holder: str
@@ -384,6 +386,7 @@ async def test_a_waiter_killed_before_an_early_release_keeps_the_lock_one_allowa
     assert await queue_of(redis_client, name) == []
 
 
+@pytest.mark.slow
 async def test_give_ups_lost_in_an_outage_are_sent_again(
     proxy: TcpProxy, redis_url: str, redis_client: redis.asyncio.Redis
 ) -> None:
@@ -695,6 +698,7 @@ def test_bad_arguments(client: aiolock.AioLock) -> None:
     assert client.fair_lock("x").wait_allowance == 10
 
 
+@pytest.mark.slow
 async def test_a_waiter_in_line_keeps_its_place_on_a_server_out_of_memory() -> None:
     """maxmemory reached (noeviction): every check of a waiter writes its heartbeat, which
     Redis would refuse as a script's first write (it needs memory); the check removes first,

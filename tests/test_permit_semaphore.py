@@ -343,6 +343,7 @@ async def _in_a_child_task(how: str, acquire: Callable[[], Coroutine[Any, Any, s
     return await asyncio.create_task(acquire())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lease", [None, 30.0], ids=["renewed", "leased"])
 @pytest.mark.parametrize("how", ["wait_for", "gather", "create_task"])
 async def test_a_permit_taken_in_a_child_task_is_held_until_released(
@@ -536,6 +537,7 @@ async def test_permits_can_be_given_back_on_a_server_out_of_memory() -> None:
             assert await pes.available_permits() == 2
 
 
+@pytest.mark.slow
 async def test_permits_stay_renewed_on_a_server_out_of_memory_as_locks_do() -> None:
     """maxmemory reached (noeviction): Redis refuses a script's memory-growing command only
     if it is the script's first write. The lock's renewal starts with PEXPIRE; the permits'
