@@ -13,7 +13,11 @@ loop does the rest, once for every type (Redisson's loop)::
 
 Bounds. ``try_lock(wait_time=W)`` returns or raises within ``W + command_timeout``: nothing
 is sent after the wait ends, and each command is bounded by its link's health check
-(``command_timeout``). A release is bounded by ``cleanup_timeout``.
+(``command_timeout``), or by a timer of the caller's own when that would come too late. A
+release is bounded by ``cleanup_timeout``. A bound is when the call has returned, so each
+gives up a small margin before it (see :func:`margin`); whatever is not done by then
+(giving back a grant, settling a lost reply, a release) goes on in the background, in the
+owner's turn on the hold.
 
 Cancellation (and a caller's deadline passing with a command in flight) never leaks: the
 command's outcome is handed to a background cleanup that holds the owner's turn on the hold
@@ -211,9 +215,49 @@ class Rule(ABC):
 
 # -- running one command ---------------------------------------------------------------------
 
-#: how much later than a caller's deadline a link's own health check may end a command,
-#: before the caller bounds it with a timer of its own
-_SLACK = 0.02
+#: how long after ``sent_at + command_timeout`` a link's own health check may take to settle
+#: a command it gave up on (the link looks once more, 10 ms later, after the loop has polled
+#: the socket; then its timer's lateness). A caller whose deadline comes sooner than that
+#: bounds the command with a timer of its own.
+_LINK_LATE = 0.02
+
+#: a caller's own give-up looks at its command once more, after the loop has polled its
+#: sockets, in the last this-many seconds before its deadline (as the link's health check
+#: does): when the loop itself was held up past the deadline (a burst of tasks, blocking
+#: code), the reply may be there unread (uvloop runs due timers before it polls), and that
+#: delay was not the server's
+_LOOK_AGAIN = 0.01
+
+#: a call bounded by a documented time (``try_lock``: ``wait_time + command_timeout``;
+#: ``unlock``: ``cleanup_timeout``) gives up this share of the command or cleanup allowance
+#: before it, between _MARGIN_MIN and _MARGIN_MAX s (and at most half the allowance): giving
+#: up takes time too (a timer fires late, the caller raises and hands its work to the
+#: background, and every caller whose time runs out at that moment does the same), and the
+#: bound is when the call has returned, not when its give-up was armed
+_MARGIN_SHARE = 0.05
+_MARGIN_MIN = 0.005
+_MARGIN_MAX = 0.05
+
+
+def margin(allowance: float) -> float:
+    """How long before its bound a call whose bound ends with ``allowance`` seconds of
+    command or cleanup time gives up (see _MARGIN_SHARE)."""
+    return min(_MARGIN_MAX, max(_MARGIN_MIN, allowance * _MARGIN_SHARE), allowance / 2)
+
+
+def give_up_point(wait_until: float | None, config: Config) -> float | None:
+    """When an acquisition whose waiting ends at ``wait_until`` (None: never) gives up a
+    command still unanswered, so that it returns within ``wait_time + command_timeout``."""
+    if wait_until is None:
+        return None
+    return wait_until + config.command_timeout - margin(config.command_timeout)
+
+
+def cleanup_deadline(start: float, config: Config) -> float:
+    """When a call bounded by ``cleanup_timeout`` (``unlock``, an ``async with`` exit,
+    ``aclose``) that started at ``start`` leaves what is not done yet to the background,
+    so that it returns within its bound."""
+    return start + config.cleanup_timeout - margin(config.cleanup_timeout)
 
 
 async def command(rt: Runtime, key: str, cmd: Command, deadline: float | None) -> Any:
@@ -337,6 +381,53 @@ class _Op:
 
         return self.rt.spawn(background())
 
+    async def within(self, work: Coroutine[Any, Any, None], deadline: float | None) -> bool:
+        """Run ``work`` (giving back what this operation obtained, in its turn) in a task of
+        its own, and wait for it until ``deadline`` (None: until it ends). True: it ended in
+        time, and the turn is still this operation's. False: the caller's time ran out
+        first; the task finishes the work in the background and ends the turn then (the
+        owner's next operation waits for it). A cancelled caller waits for it at most
+        cleanup_timeout, then its CancelledError goes on."""
+        if self.in_background:
+            await work  # no caller to bound
+            return True
+        name = self.rule.name
+
+        async def run() -> None:
+            try:
+                await work
+            except RedisOperationError as exc:
+                logger.warning("aiolock: giving back what was taken of %r: %s", name, exc)
+            except Exception:
+                logger.exception("aiolock: giving back what was taken of %r failed", name)
+
+        task = self.rt.spawn(run())
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait(
+                (task,), timeout=None if deadline is None else max(0.0, deadline - loop.time())
+            )
+        except asyncio.CancelledError:
+            await wait_shielded(task, self.rt.config.cleanup_timeout)
+            if not task.done():
+                self._leave_turn_to(task)
+            raise
+        if task.done():
+            return True
+        self._leave_turn_to(task)
+        return False
+
+    def _leave_turn_to(self, task: asyncio.Task[None]) -> None:
+        """The caller leaves; ``task`` ends this operation's turn when it is done."""
+        self.handed_over = True
+        had_turn, self.owns_turn = self.owns_turn, False
+
+        def done(_: object) -> None:
+            self.owns_turn = had_turn
+            self.end()
+
+        task.add_done_callback(done)
+
     async def send(self, packed: bytes, deadline: float | None) -> Call:
         """Write a command, opening a link if needed; RedisUnavailableError when it cannot
         be sent after ``retry_attempts`` tries. (Callers try ``transport.send_now`` first.)"""
@@ -355,31 +446,40 @@ class _Op:
         caller waits for it at most cleanup_timeout, then its CancelledError goes on; past
         the deadline RedisTimeoutError is raised."""
         try:
-            if (
-                self.in_background
-                or deadline is None
-                or call.sent_at + self.rt.config.command_timeout <= deadline + _SLACK
-            ):
+            if self.in_background or deadline is None or self._link_bounds(call, deadline):
                 return await call.future  # the link's health check bounds it
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(deadline - _LOOK_AGAIN):
                 return await call.future
         except asyncio.CancelledError:
             await self.cancelled(call, finish)
             raise
         except TimeoutError:
-            if self.in_background:
-                raise
-            self.abandon(call, finish)
-            raise RedisTimeoutError(
-                f"no reply about {self.rule.name!r} in time; it is settled in the background"
-            ) from None
+            pass
+        # Look once more after the loop has polled (see _LOOK_AGAIN). call.future was
+        # cancelled with the wait: a reply arriving from now on goes to this handler.
+        assert deadline is not None  # (only a caller with a timer of its own gets here)
+        loop = asyncio.get_running_loop()
+        late: asyncio.Future[Any] = loop.create_future()
+        call.abandon(lambda value: None if late.done() else late.set_result(value))
+        try:
+            # at least a millisecond: a timer due at once runs before the poll on uvloop
+            await asyncio.wait((late,), timeout=max(0.001, deadline - loop.time()))
+        except asyncio.CancelledError:
+            await wait_shielded(self.hand_over(late, finish), self.rt.config.cleanup_timeout)
+            raise
+        if late.done():
+            return late.result()
+        self.hand_over(late, finish)
+        raise RedisTimeoutError(
+            f"no reply about {self.rule.name!r} in time; it is settled in the background"
+        )
 
     async def outcome(
         self, call: Call, deadline: float | None, finish: Finish, settle: Settle
     ) -> Any:
         """The reply of ``call`` or, if its link dropped, what ``settle`` says it did
         (NOT_RUN: it did not run and may be sent again); see :meth:`reply`, :meth:`settle`."""
-        if deadline is None or call.sent_at + self.rt.config.command_timeout <= deadline + _SLACK:
+        if self._link_bounds(call, deadline):
             try:
                 reply = await call.future  # the link's health check bounds it
             except asyncio.CancelledError:
@@ -391,8 +491,19 @@ class _Op:
             return await self.settle(reply, deadline, settle, finish)
         return reply
 
+    def _link_bounds(self, call: Call, deadline: float | None) -> bool:
+        """Whether the link's health check settles ``call`` before ``deadline`` (else the
+        caller arms a timer of its own)."""
+        return (
+            deadline is None
+            or call.sent_at + self.rt.config.command_timeout + _LINK_LATE <= deadline
+        )
+
     def abandon(self, call: Call, finish: Finish) -> asyncio.Task[None]:
         """The caller leaves ``call``: ``finish(outcome)`` runs in the background."""
+        # Its future is no longer awaited (a no-op if it is done, or cancelled with the
+        # caller's wait): the reply, whenever it comes, goes to the handler.
+        call.future.cancel()
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         call.abandon(lambda value: None if outcome.done() else outcome.set_result(value))
         return self.hand_over(outcome, finish)
@@ -486,7 +597,7 @@ async def _acquire(
     loop = asyncio.get_running_loop()
     now = loop.time()
     wait_until = None if wait is None else now + wait
-    give_up_at = None if wait_until is None else wait_until + rt.config.command_timeout
+    give_up_at = give_up_point(wait_until, rt.config)
     hold = rt.leases.hold(rule.name, owner, rule.kind) if rule.holds else None
     op = _Op(rt, rule, owner, hold)
     tried = granted = False
@@ -665,6 +776,14 @@ async def _try(
     """One attempt (sent again only when proven not to have run); a grant is registered."""
     rt, rule = op.rt, op.rule
     owner = op.field
+    if op.hold is not None and op.hold.stale:
+        # The hold this acquisition re-enters was lost while it waited (a server change
+        # found it gone): as at the start, its lost counts are unlocked before a new grant.
+        raise LockLostError(
+            f"{op.hold.lost}; unlock it as often as it was taken before taking it again",
+            name=rule.name,
+            owner=owner,
+        )
     before = op.hold.count if op.hold is not None else 0
     acks_wanted = rt.config.replica_acks if rule.replicated else 0
     packed = rule.attempt(owner, lease_ms, wait_ms)
@@ -673,10 +792,10 @@ async def _try(
     readonly: Any = None
     for _ in range(rt.config.retry_attempts + 1):
         call = rt.transport.send_now(packed, key=rule.key) or await op.send(packed, give_up_at)
-        sent_at = call.sent_at
+        sent_at, epoch = call.sent_at, rt.leases.epoch
 
-        async def finish(value: Any, sent_at: float = sent_at) -> None:
-            await _undo_attempt(op, value, before, lease_ms, renew, sent_at)
+        async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
+            await _undo_attempt(op, value, before, lease_ms, renew, sent_at, epoch)
 
         reply = await op.outcome(
             call, give_up_at, finish, lambda: rule.settle_attempt(rt, owner, before)
@@ -698,23 +817,30 @@ async def _try(
         else:
             result = rule.parse(reply)
         if result.granted and acks_wanted and not (isinstance(acks, int) and acks > 0):
-            await _roll_back(op, result, before, lease_ms)
-            raise _replication_error(rt, rule, acks)
+            # Given back within the call's bound, or else in the background (in the turn).
+            given_back = await op.within(_roll_back(op, result, before, lease_ms), give_up_at)
+            raise _replication_error(rt, rule, acks, given_back)
         hold = op.hold
         if result.granted and hold is not None:
             if rt.leases.closed:
                 # The client closed meanwhile: no grant; give it back before saying so.
-                await _purge_in_turn(op, lease_ms)
+                await _purge_in_turn(op, lease_ms, give_up_at)
                 raise ClientClosedError(f"the client closed while acquiring {rule.name!r}")
             if before and hold.state is not HoldState.HELD:
                 # The hold this re-entered was lost meanwhile: the grant belongs to a lost
                 # generation (the loss's cleanup removes the owner's counts).
                 assert hold.lost is not None
                 raise LockLostError(str(hold.lost), name=rule.name, owner=owner)
-            if not _register(op, result, lease_ms, renew, sent_at):
-                # It came after its own lease ran out: no grant, and removed before anything
-                # else is tried (a try after it would re-enter it).
-                await _purge_in_turn(op, lease_ms)
+            if not _register(op, result, lease_ms, renew, sent_at, epoch):
+                if before:  # the hold it re-entered was lost (see Leases.granted)
+                    assert hold.lost is not None
+                    raise LockLostError(str(hold.lost), name=rule.name, owner=owner)
+                # It came after its own lease ran out, or from a server that is not the one
+                # now: no grant, and removed before anything else is tried (a try after it
+                # would re-enter it). If that takes the rest of the call's time, the removal
+                # goes on in the background and the caller tries nothing more: its waiting
+                # ended long before (margin < command_timeout).
+                await _purge_in_turn(op, lease_ms, give_up_at)
                 return Attempt(False, 0)
         return result
     if readonly is not None:
@@ -722,7 +848,9 @@ async def _try(
     raise RedisUnavailableError(f"acquiring {rule.name!r}: sent again and again, never ran")
 
 
-def _replication_error(rt: Runtime, rule: Rule, acks: Any) -> ReplicationError:
+def _replication_error(
+    rt: Runtime, rule: Rule, acks: Any, given_back: bool = True
+) -> ReplicationError:
     wanted = rt.config.replica_acks
     timeout = rt.config.replica_ack_timeout
     if isinstance(acks, int):
@@ -731,8 +859,9 @@ def _replication_error(rt: Runtime, rule: Rule, acks: Any) -> ReplicationError:
         why = "its reply was lost, so whether a replica acknowledged it is unknown"
     else:
         why = f"WAIT failed: {acks}"
+    back = "was given back" if given_back else "is being given back in the background"
     return ReplicationError(
-        f"acquiring {rule.name!r}: {why}; the grant was given back (replica_acks={wanted})",
+        f"acquiring {rule.name!r}: {why}; the grant {back} (replica_acks={wanted})",
         acknowledged=acks if isinstance(acks, int) else None,
         requested=wanted,
     )
@@ -753,7 +882,7 @@ async def _roll_back(op: _Op, grant: Attempt, before: int, lease_ms: int) -> Non
                 logger.warning("aiolock: giving back an unacknowledged grant of %r", rule.name)
         return
     if not before:
-        await _purge_in_turn(op, lease_ms)  # nothing else of the owner's is there
+        await purge(rt, rule, owner, lease_ms)  # nothing else of the owner's is there
         return
     # A reentrant count on top of a hold: take that one count back (the script compares).
     try:
@@ -767,23 +896,15 @@ async def _roll_back(op: _Op, grant: Attempt, before: int, lease_ms: int) -> Non
         rt.leases.lose(hold, "an unacknowledged reentrant grant could not be given back")
 
 
-async def _purge_in_turn(op: _Op, lease_ms: int) -> None:
-    """Purge the owner's counts now, in this operation's turn (in the background if the
-    caller is cancelled meanwhile)."""
-    owner = op.field
-
-    async def run(_: Any = None) -> None:
-        await purge(op.rt, op.rule, owner, lease_ms)
-
-    try:
-        await run()
-    except asyncio.CancelledError:
-        if not op.in_background:
-            await wait_shielded(op.hand_over(_ready(None), run), op.rt.config.cleanup_timeout)
-        raise
+async def _purge_in_turn(op: _Op, lease_ms: int, deadline: float | None) -> bool:
+    """Purge the owner's counts in this operation's turn, waiting for it until ``deadline``
+    (then, or if the caller is cancelled, it goes on in the background: see _Op.within)."""
+    return await op.within(purge(op.rt, op.rule, op.field, lease_ms), deadline)
 
 
-def _register(op: _Op, result: Attempt, lease_ms: int, renew: bool, sent_at: float) -> bool:
+def _register(
+    op: _Op, result: Attempt, lease_ms: int, renew: bool, sent_at: float, epoch: int
+) -> bool:
     rule, rt = op.rule, op.rt
     assert op.hold is not None
     return rt.leases.granted(
@@ -793,11 +914,13 @@ def _register(op: _Op, result: Attempt, lease_ms: int, renew: bool, sent_at: flo
         renewal=rule.renewal if renew else None,
         cleanup=lambda hold: purge(rt, rule, hold.field, hold.lease_ms),
         token=result.token,
+        check=rule.renewal,
+        epoch=epoch,
     )
 
 
 async def _undo_attempt(
-    op: _Op, value: Any, before: int, lease_ms: int, renew: bool, sent_at: float
+    op: _Op, value: Any, before: int, lease_ms: int, renew: bool, sent_at: float, epoch: int
 ) -> None:
     """Background: an attempt's caller left; give back what the attempt obtained (or take
     the owner out of the server's waiting state, when it obtained nothing)."""
@@ -835,8 +958,8 @@ async def _undo_attempt(
             await _best_effort(rt, rule, cmd)
     elif before and hold.state is not HoldState.HELD:
         pass  # it re-entered a hold lost meanwhile: the loss's cleanup removes it
-    elif not _register(op, result, lease_ms, renew, sent_at):
-        await purge(rt, rule, owner, lease_ms)  # late: no grant, removed
+    elif not _register(op, result, lease_ms, renew, sent_at, epoch):
+        await purge(rt, rule, owner, lease_ms)  # late or from another server: removed
     elif before:
         await _release_one(op, None)
     else:
@@ -913,8 +1036,8 @@ async def release(rt: Runtime, rule: Rule, owner: Owner) -> None:
         if not hold.count and hold.stale:
             error = rt.leases.unlock_stale(hold)
             if not hold.stale and hold.busy:
-                # its cleanup is still removing it from the server: let it end first (at
-                # most cleanup_timeout), so the owner's next acquire finds its turn free
+                # its cleanup is still removing it from the server: let it end first (within
+                # the unlock's bound), so the owner's next acquire finds its turn free
                 await _wait_for_turn(rt, hold)
             raise error
     if rt.leases.closed:
@@ -922,7 +1045,7 @@ async def release(rt: Runtime, rule: Rule, owner: Owner) -> None:
     if hold is None or not hold.count:
         raise _not_owned(rule, owner)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + rt.config.cleanup_timeout
+    deadline = cleanup_deadline(loop.time(), rt.config)
     op = _Op(rt, rule, owner, hold)
     if hold.take_turn():
         op.owns_turn = True
@@ -931,21 +1054,40 @@ async def release(rt: Runtime, rule: Rule, owner: Owner) -> None:
         finally:
             op.end()
         return
-    # The owner's previous operation is still running: wait for it in a task of its own,
-    # so that a cancelled caller still gets its release (it waits at most cleanup_timeout).
+    # The owner's previous operation is still running (perhaps in the background, its
+    # caller gone): the release queues behind it in a task of its own, which goes on
+    # however long that takes, so an unlock once called is never dropped. The caller waits
+    # for it until its deadline (cancelled or not), then leaves it to the background.
     task = rt.spawn(_release_later(op, deadline))
     try:
-        await asyncio.shield(task)
+        await asyncio.wait((task,), timeout=max(0.0, deadline - loop.time()))
     except asyncio.CancelledError:
         await wait_shielded(task, max(0.0, deadline - loop.time()))
+        task.add_done_callback(_log_release_failure)  # its caller is gone: nobody else hears
         raise
+    if task.done():
+        task.result()  # the release's own error, if any
+        return
+    task.add_done_callback(_log_release_failure)
+    raise RedisTimeoutError(
+        f"releasing {rule.name!r} was not confirmed within cleanup_timeout (it queued behind "
+        "the owner's previous operation on it); it goes on in the background"
+    )
+
+
+def _log_release_failure(task: asyncio.Task[None]) -> None:
+    """A release whose caller left (cancelled, or its time ran out) failed: say so."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.warning("aiolock: a release left to the background failed: %s", error)
 
 
 async def _wait_for_turn(rt: Runtime, hold: Hold) -> None:
     """Wait until the owner's operations on ``hold`` under way (a cleanup) have ended, at
-    most cleanup_timeout."""
+    most until a release started now would give up (see cleanup_deadline)."""
     try:
-        async with asyncio.timeout(rt.config.cleanup_timeout):
+        async with asyncio.timeout_at(
+            cleanup_deadline(asyncio.get_running_loop().time(), rt.config)
+        ):
             await hold.wait_turn()
     except TimeoutError:
         return
@@ -954,21 +1096,21 @@ async def _wait_for_turn(rt: Runtime, hold: Hold) -> None:
 
 
 async def _release_later(op: _Op, deadline: float) -> None:
+    """Release one count once the owner's operations before this one have ended, however
+    long they take (each is bounded by its own commands' bounds; a caller that waits for
+    this is bounded by ``deadline``). A turn that comes after ``deadline`` gets a fresh
+    cleanup_timeout for the release itself: the caller has left, and a release out of time
+    before it is even sent would end in a purge (the hold lost) for no reason."""
     hold, rule = op.hold, op.rule
     assert hold is not None
     try:
-        try:
-            await op.begin(deadline)
-        except TimeoutError:
-            raise RedisTimeoutError(
-                f"releasing {rule.name!r}: the owner's previous operation on it did not end "
-                "within cleanup_timeout"
-            ) from None
+        await op.begin(None)
         if not hold.count:  # lost meanwhile
             if hold.stale:
                 raise op.rt.leases.unlock_stale(hold)
             raise _not_owned(rule, hold.owner)
-        await _release_one(op, deadline)
+        now = asyncio.get_running_loop().time()
+        await _release_one(op, deadline if deadline > now else now + op.rt.config.cleanup_timeout)
     finally:
         op.end()
 
@@ -997,9 +1139,9 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             except (RedisUnavailableError, asyncio.CancelledError):
                 failed()  # nothing was sent: the cleanup removes the hold
                 raise
-        sent_at = call.sent_at
+        sent_at, epoch = call.sent_at, rt.leases.epoch
 
-        async def finish(value: Any, sent_at: float = sent_at) -> None:
+        async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
             value = first_reply(value)
             outcome = (
                 None
@@ -1009,7 +1151,7 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             if outcome is None:
                 failed()
             else:
-                _released(op, outcome, sent_at)
+                _released(op, outcome, sent_at, epoch)  # a loss is told to on_lost
 
         reply = await op.outcome(
             call, deadline, finish, lambda: rule.settle_release(rt, owner, before)
@@ -1043,7 +1185,9 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             # the hold is lost, and what is left of it on the server removed.
             rt.leases.lose(hold, "its lease expired, it was force-unlocked, or it was changed")
             raise rt.leases.unlock_stale(hold)
-        _released(op, outcome, sent_at)
+        lost = _released(op, outcome, sent_at, epoch)
+        if lost is not None:
+            raise lost  # the server changed before the release was confirmed there
         return
     failed()
     if readonly is not None:
@@ -1051,10 +1195,9 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
     raise RedisUnavailableError(f"releasing {rule.name!r}: sent again and again, never ran")
 
 
-def _released(op: _Op, last: bool, sent_at: float) -> None:
+def _released(op: _Op, last: bool, sent_at: float, epoch: int) -> LockLostError | None:
     hold = op.hold
     assert hold is not None
     if last or hold.count <= 1 or hold.state is not HoldState.HELD:
-        op.rt.leases.released(hold)
-    else:
-        op.rt.leases.released_one(hold, sent_at)
+        return op.rt.leases.released(hold, epoch)
+    return op.rt.leases.released_one(hold, sent_at, epoch)

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
-from .acquire import Rule, Runtime
+from .acquire import Rule, Runtime, cleanup_deadline
 from .config import Config
 from .contexts import async_only
 from .errors import ClientClosedError, LockTimeout, WrongEventLoopError
@@ -67,6 +67,9 @@ class ClientStatistics:
     holds: Mapping[str, int]
     #: cleanups and other background work still running
     background_tasks: int
+    #: times the server behind the client changed (a failover named another master, or a
+    #: server restarted: another run_id); every hold was checked there each time
+    server_changes: int = 0
 
 
 class AioLock:
@@ -254,7 +257,11 @@ class AioLock:
                 f"aiolock client {self.id} belongs to another event loop; close it there"
             )
         self._closed = True
-        deadline = loop.time() + self.config.cleanup_timeout
+        start = loop.time()
+        deadline = cleanup_deadline(start, self.config)
+        # what is cancelled at the end gets the last tenth (at most 0.1 s) to end: within
+        # the bound too
+        cancel_at = deadline - min(0.1, (deadline - start) / 10)
         rt = self._runtime
         rt.leases.close()
         rt.pubsub.close()
@@ -263,15 +270,15 @@ class AioLock:
             # back what it took while the connection is still there).
             while (
                 self._background or rt.transport.statistics().commands_in_flight
-            ) and loop.time() < deadline:
+            ) and loop.time() < cancel_at:
                 if self._background:
-                    await asyncio.wait(self._background, timeout=deadline - loop.time())
+                    await asyncio.wait(self._background, timeout=cancel_at - loop.time())
                 else:
-                    await asyncio.sleep(0.005)
+                    await asyncio.sleep(min(0.005, max(0.0, cancel_at - loop.time())))
             for task in list(self._background):
                 task.cancel()
             if self._background:
-                await asyncio.wait(self._background, timeout=0.1)
+                await asyncio.wait(self._background, timeout=max(0.0, deadline - loop.time()))
         finally:
             await rt.transport.aclose()
             if self.metrics is not None:
@@ -346,6 +353,7 @@ class AioLock:
             renewal_calls=rt.leases.watchdog.calls,
             holds=rt.leases.counts(),
             background_tasks=len(self._background),
+            server_changes=transport.server_changes,
         )
 
 

@@ -17,11 +17,13 @@ class Config:
         How long one Redis command may go unanswered (Redisson's default: 3 s). A connection
         whose oldest command waited longer is dropped, and the outcome of every command in
         flight on it is settled before anything is sent again. ``try_lock(wait_time=W)``
-        returns or raises within ``W + command_timeout``.
+        returns or raises within ``W + command_timeout`` (it gives up a little before: 5%
+        of command_timeout, at most 50 ms, so that it has returned by then).
     cleanup_timeout:
         How long ``unlock()``, an ``async with`` exit, undoing a cancelled acquire and
         ``aclose()`` may take; what is not confirmed by then goes on in the background (a
-        hold is released as soon as the server answers, or expires unrenewed).
+        hold is released as soon as the server answers, or expires unrenewed). Like
+        command_timeout, it is kept with a small margin (5%, at most 50 ms).
     retry_attempts:
         How often a command that certainly did not run (no connection, or a lost request
         that was proven never to run) is sent again.

@@ -17,7 +17,10 @@ abandoned hold may have left on the server is removed in the background by its c
 within its lease; nothing of it is ever renewed again.
 
 Operations of one owner on one hold are serialized (:attr:`Hold.turn`), background cleanups
-included, so a release still running cannot race the same owner's next acquire.
+included, so a release still running cannot race the same owner's next acquire. Such an
+acquire, queued for the turn, is granted on the same Hold record: a record can outlive a
+generation (grant to release or loss), so ending one clears everything of it (its renewal
+registration, the callbacks of a released hold) and the next generation starts clean.
 
 The watchdog keeps alive the holds taken without a lease. The expiration-renewal map is
 process-wide (Redisson's design): :data:`RENEWALS` maps a client id to that client's own map,
@@ -33,6 +36,18 @@ Every hold has a local deadline: when its lease was last set on the server, meas
 when the command was *sent*, plus the lease, minus a small drift. A timer marks the hold lost
 at that deadline unless a renewal was confirmed first, so the holder learns of the loss no
 later than the server expires the key.
+
+The server behind the transport can change under the holds: a failover names another master
+(whose data lacks what had not replicated yet), or a server restarts empty (another
+``run_id``). The transport tells the registry (:meth:`Leases.server_changed`), which counts
+*epochs*: every change starts a new one, and every hold is checked on the new server at once
+with the watchdog's own renewal scripts and batches (a hold with a ``lease_time`` is checked
+with what is left of its lease, which a check never lengthens). A hold absent there is lost
+now. A reply to a command sent in an earlier epoch came from the server that was (a deposed
+master, a run that is gone): a grant in it is no grant, a renewal in it confirms nothing, and
+a release confirmed by it, or settled on the new server, cannot tell a released hold from one
+the change wiped, so it is reported lost. A nested grant onto a hold not checked again since
+the change is lost too: the acquire may have recreated the hold it claims to re-enter.
 """
 
 from __future__ import annotations
@@ -131,10 +146,12 @@ class Hold:
         "_callbacks",
         "_timer",
         "_turns",
+        "check",
         "cleanup",
         "count",
         "deadline",
         "due",
+        "epoch",
         "field",
         "kind",
         "lease_ms",
@@ -168,6 +185,10 @@ class Hold:
         self.since = 0.0
         #: how the watchdog renews it (None: a lease_time hold, never renewed)
         self.renewal: Renewal | None = None
+        #: how it is checked on the server after a server change (the type's renewal script)
+        self.check: Renewal | None = None
+        #: the server epoch (Leases.epoch) in which it was last granted or checked
+        self.epoch = 0
         #: what to run in the background to remove it from the server (lost, abandoned)
         self.cleanup: Cleanup | None = None
         #: the fencing token of a fenced lock's hold
@@ -264,7 +285,12 @@ class Leases:
         self._watched: dict[str, tuple[asyncio.Task[Any], Callable[[object], None]]] = {}
         #: the client closed: no new holds
         self.closed = False
+        #: changes of the server behind the transport so far (see the module docstring)
+        self.epoch = 0
+        #: what the latest change was, for messages
+        self.change = ""
         self.watchdog = Watchdog(client_id, self, transport, config)
+        transport.watch(self)
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -358,15 +384,30 @@ class Leases:
         renewal: Renewal | None,
         cleanup: Cleanup,
         token: int | None = None,
+        check: Renewal | None = None,
+        epoch: int | None = None,
     ) -> bool:
-        """One more count was granted by a command sent at ``sent_at``. False if it came
-        after its own lease ran out: then it is no grant (the caller removes what it took
-        on the server); a nested grant never ends the hold it re-enters early: the scripts
-        only extend a TTL, so the hold's own deadline still stands.
+        """One more count was granted by a command sent at ``sent_at``, in server epoch
+        ``epoch`` (None: not known). False if it came after its own lease ran out, or from a
+        server that is not the one now (the server changed since it was sent): then it is no
+        grant (the caller removes what it took on the server); a nested grant never ends the
+        hold it re-enters early: the scripts only extend a TTL, so the hold's own deadline
+        still stands. A nested grant from another epoch, or onto a hold not checked since the
+        server changed, loses the hold (False): it cannot tell whether the hold was still
+        there.
 
         A hold is renewed by the watchdog if any of its counts was taken without a lease;
-        lock scripts only ever extend a TTL, so a short nested lease never shortens it."""
+        lock scripts only ever extend a TTL, so a short nested lease never shortens it.
+        ``check`` is how the hold is checked after a server change (every hold has one)."""
         first = hold.count == 0
+        if epoch is not None and (epoch != self.epoch or (not first and hold.epoch != epoch)):
+            if not first and hold.state is HoldState.HELD:
+                self.lose(
+                    hold,
+                    f"{self.change}, and a nested acquire could not tell whether it was still "
+                    "there",
+                )
+            return False
         hold.cleanup = cleanup
         if first:
             now = asyncio.get_running_loop().time()
@@ -379,6 +420,8 @@ class Leases:
         if first:
             hold.token = token
             hold.deadline = -math.inf
+            hold.epoch = self.epoch
+            hold.check = check
             self._owned(hold)
         hold.lease_ms = lease_ms if first else max(hold.lease_ms, lease_ms)
         if renewal is not None and hold.renewal is None:
@@ -426,32 +469,43 @@ class Leases:
             self._expired(hold)
         return hold
 
-    def released_one(self, hold: Hold, sent_at: float) -> None:
+    def released_one(
+        self, hold: Hold, sent_at: float, epoch: int | None = None
+    ) -> LockLostError | None:
         """A release of one of several counts was confirmed (the script extended the lease
-        to the hold's lease)."""
-        if hold.state is HoldState.LOST:
-            self.released(hold)
-            return
+        to the hold's lease); see :meth:`released` for ``epoch`` and what is returned."""
+        if hold.state is HoldState.LOST or (epoch is not None and epoch != self.epoch):
+            return self.released(hold, epoch)
         hold.count -= 1
         self._confirm(hold, sent_at, hold.lease_ms)
+        return None
 
     def releasing(self, hold: Hold) -> None:
         """The last count is being released: renewal stops now, whatever the outcome."""
         hold.state = HoldState.RELEASING
         self.watchdog.remove(hold)
 
-    def released(self, hold: Hold) -> None:
-        """The hold is over on the server (released, or known gone)."""
+    def released(self, hold: Hold, epoch: int | None = None) -> LockLostError | None:
+        """The hold is over on the server (released, or known gone), as a command sent in
+        server epoch ``epoch`` says (None: not known). If the server changed since it was
+        sent, that word is not the server's now: a deposed master released what the new one
+        may never have had, and an outcome settled on a restarted server cannot tell a
+        released hold from one the restart wiped. The hold is then lost instead, this unlock
+        using one of its counts, and the error to raise is returned."""
+        if epoch is not None and epoch != self.epoch:
+            return self.lose(hold, f"{self.change}, before its release was confirmed there", used=1)
         if hold.state is HoldState.LOST:
             # Lost here while its release was in flight, yet the release ran: that unlock
             # used its count (a cleanup still removes whatever else is left).
             hold.stale = max(0, hold.stale - 1)
             self.forget_if_idle(hold)
-            return
+            return None
         self._end(hold, HoldState.RELEASED)
         hold.count = 0
         hold.token = None
+        hold._callbacks.clear()  # released, never lost: they are not due, now or later
         self.forget_if_idle(hold)
+        return None
 
     def lose(
         self, hold: Hold, reason: str, *, cleanup: bool = True, used: int = 0
@@ -497,7 +551,10 @@ class Leases:
         return error
 
     def _end(self, hold: Hold, state: HoldState) -> None:
-        """The only way out of HELD (or RELEASING): released or lost."""
+        """The only way out of HELD (or RELEASING): released or lost. It ends the hold's
+        generation: nothing of it may carry over into the next one. (The owner's next
+        acquire may be granted on this same record: it queued for the hold's turn while this
+        generation was still being released or cleaned up in the background.)"""
         if self.metrics is not None and hold.since:
             seconds = asyncio.get_running_loop().time() - hold.since
             self.metrics.hold_ended(hold.kind, hold.name, seconds, state is HoldState.LOST)
@@ -508,6 +565,9 @@ class Leases:
             hold._timer.cancel()
             hold._timer = None
         self.watchdog.remove(hold)
+        # Its renewal goes with it: a renewal left set made the next generation's grant look
+        # registered already, and the watchdog never renewed it (issue 19, symptom 3).
+        hold.renewal = None
 
     def run_cleanup(self, hold: Hold) -> None:
         """Run the hold's cleanup in the background, in its owner's turn, claimed now: an
@@ -551,6 +611,21 @@ class Leases:
                 self.lose(hold, "its task ended without unlocking it")
             hold.stale = 0
             self.forget_if_idle(hold)
+
+    # -- the server changes (transport.Watcher) -----------------------------------------------
+
+    def server_changed(self, why: str) -> None:
+        """The transport reached another server (a failover, a restart: see the module
+        docstring): a new epoch begins, and every hold is checked there at once."""
+        self.epoch += 1
+        self.change = f"the server changed ({why})"
+        if any(hold.state is HoldState.HELD for hold in self.holds.values()):
+            self.watchdog.revalidate(self.epoch)
+
+    def needs_server(self) -> bool:
+        """Whether a lost link should be opened again at once: while anything is held, to
+        learn soon whether the server changed under it."""
+        return any(self.current(hold).state is HoldState.HELD for hold in list(self.holds.values()))
 
     # -- callbacks ---------------------------------------------------------------------------
 
@@ -635,6 +710,9 @@ class Watchdog:
         self._transport = transport
         self.period = config.watchdog_timeout / 3
         self.tick = max(self.period / 10, 0.005)
+        self._retry_delay = (config.reconnect_delay, config.reconnect_max_delay)
+        #: the rounds checking every hold after a server change (Leases.server_changed)
+        self._checks: set[asyncio.Task[None]] = set()
         self._lease_ms = max(1, round(config.watchdog_timeout * 1000))
         self._map: dict[tuple[str, str], Hold] = {}
         self._closed = False
@@ -747,19 +825,27 @@ class Watchdog:
         if chunks:
             await asyncio.gather(*(self._renew(script, holds) for script, holds in chunks))
 
-    async def _renew(self, script: Script, holds: list[Hold]) -> None:
+    async def _renew(self, script: Script, holds: list[Hold], lease_ms: int | None = None) -> None:
+        """Renew ``holds`` (all renewed by ``script``) in one call; with ``lease_ms``, check
+        one hold that has a lease_time instead: the script then extends its lease to what
+        is left of it, which changes nothing where the hold is, and renews nothing."""
         loop = asyncio.get_running_loop()
-        keys = tuple(hold.renewal.key for hold in holds if hold.renewal is not None)
-        args = (self._lease_ms, *(hold.field for hold in holds))
+        leases = self._leases
+        checking = lease_ms is not None
+        lease = self._lease_ms if lease_ms is None else lease_ms
+        how = (hold.check if checking else hold.renewal for hold in holds)
+        keys = tuple(renewal.key for renewal in how if renewal is not None)
+        args = (lease, *(hold.field for hold in holds))
         packed = script.command(keys, args)
         self.calls += 1
         sent_at = loop.time()
+        epoch = leases.epoch
         try:
             call = await self._transport.send(packed, key=keys[0])
             replies = await call.future
         except Exception as exc:  # NotSent, or anything unforeseen: try again next tick
             replies = exc
-        metrics = self._leases.metrics
+        metrics = leases.metrics if not checking else None
         if type(replies) is ErrorReply and replies.code == "CROSSSLOT" and len(holds) > 1:
             # Refused before it ran: a server that did not say it is a cluster node (a
             # proxy in front of one). Per slot from now on, and this batch again at once.
@@ -777,30 +863,86 @@ class Watchdog:
             if len(slots) > 1:
                 await asyncio.gather(*(self._renew(script, group) for group in slots.values()))
                 return
-        if isinstance(replies, ErrorReply | OutcomeUnknown | Exception):
-            self._warn(
-                f"renewing {len(holds)} lock(s) failed ({_why(replies)}); trying again next "
-                "tick, and a hold whose lease runs out first is reported lost"
-            )
+        stale = epoch != leases.epoch  # the reply of a server that is not the one now
+        if isinstance(replies, ErrorReply | OutcomeUnknown | Exception) or stale:
+            if not stale:
+                self._warn(
+                    f"renewing {len(holds)} lock(s) failed ({_why(replies)}); trying again "
+                    "next tick, and a hold whose lease runs out first is reported lost"
+                )
             for hold in holds:
-                if self._serves(hold):
-                    if metrics is not None:
+                if self._serves(hold) and not checking:
+                    if metrics is not None and not stale:
                         metrics.renewal(hold.kind, hold.name, False)
                     self._schedule(hold, loop.time() + self.tick)
             return
         for hold, renewed in zip(holds, replies, strict=True):
-            if not self._serves(hold):
+            if checking and hold.state is not HoldState.HELD:
+                continue
+            if not checking and not self._serves(hold):
                 continue  # released (or lost) meanwhile
             if metrics is not None:
                 metrics.renewal(hold.kind, hold.name, renewed == 1)
             if renewed == 1:
-                self._leases.confirmed(hold, sent_at, self._lease_ms)
-                self._schedule(hold, sent_at + self.period)
+                hold.epoch = epoch  # it is there, on the server of this epoch
+                if not checking:
+                    leases.confirmed(hold, sent_at, self._lease_ms)
+                    self._schedule(hold, sent_at + self.period)
+            elif hold.epoch < epoch:
+                leases.lose(hold, f"{leases.change}, and the lock is not there")
             else:
                 why = "the key is not a lock any more" if renewed == -1 else "gone"
-                self._leases.lose(
-                    hold, f"the watchdog found the lock {why} (expired or force-unlocked)"
+                leases.lose(hold, f"the watchdog found the lock {why} (expired or force-unlocked)")
+
+    # -- after a server change ---------------------------------------------------------------
+
+    def revalidate(self, epoch: int) -> None:
+        """Check every hold on the server of ``epoch`` now (see the module docstring)."""
+        if self._closed:
+            return
+        task = asyncio.get_running_loop().create_task(self._revalidate(epoch))
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    async def _revalidate(self, epoch: int) -> None:
+        """Check the holds not yet checked in ``epoch``, in the watchdog's batches (renewing
+        those it renews), until each is checked or lost, or the server changes again (a
+        newer round takes over); a check that failed is tried again with backoff."""
+        loop = asyncio.get_running_loop()
+        leases = self._leases
+        delay, max_delay = self._retry_delay
+        try:
+            while not self._closed and leases.epoch == epoch:
+                pending = [
+                    hold
+                    for hold in list(leases.holds.values())
+                    if hold.epoch < epoch and leases.current(hold).state is HoldState.HELD
+                ]
+                if not pending:
+                    return
+                groups: dict[tuple[Script, Hashable], list[Hold]] = {}
+                calls: list[Coroutine[Any, Any, None]] = []
+                for hold in pending:
+                    if hold.renewal is not None and self._serves(hold):
+                        batch = (hold.renewal.script, self._transport.batch_key(hold.renewal.key))
+                        groups.setdefault(batch, []).append(hold)
+                    elif hold.check is None:
+                        leases.lose(hold, f"{leases.change}, and the lock cannot be checked")
+                    else:
+                        left = math.floor((hold.deadline - loop.time()) * 1000)
+                        if left >= 1:  # else its deadline marks it lost
+                            calls.append(self._renew(hold.check.script, [hold], left))
+                calls.extend(
+                    self._renew(script, holds[start : start + BATCH])
+                    for (script, _), holds in groups.items()
+                    for start in range(0, len(holds), BATCH)
                 )
+                await asyncio.gather(*calls)
+                if any(hold.epoch < epoch and hold.state is HoldState.HELD for hold in pending):
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, max_delay)
+        except Exception:  # never expected; the watchdog's own ticks still renew
+            watchdog_logger.exception("aiolock watchdog: checking the holds after a change failed")
 
     def _warn(self, message: str) -> None:
         """Log a failure: a warning at most once per renewal period, the rest at debug
@@ -817,6 +959,8 @@ class Watchdog:
         self._closed = True
         if self._task is not None:
             self._task.cancel()
+        for task in self._checks:
+            task.cancel()
         self._map.clear()
         self._queue.clear()
         self._fresh.clear()

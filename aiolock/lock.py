@@ -269,12 +269,17 @@ class Lock:
 
         The hold is lost when a renewal finds the lock gone, when its lease runs out before a
         renewal is confirmed (e.g. Redis unreachable), when it is force-unlocked, when its
-        task ends without unlocking, or when the client closes. The callback runs soon after,
-        from the event loop (a coroutine result is run as a task); it must not block.
+        task ends without unlocking, when a release finds it gone, or when the client closes.
+        The callback runs soon after, from the event loop (a coroutine result is run as a
+        task); it must not block. A hold already lost (and not unlocked yet: its unlock
+        would raise LockLostError) is told at once: the callback is scheduled the same way.
         Returns a function that removes the callback.
-        Raises LockNotOwnedError if the owner does not hold the lock.
+        Raises LockNotOwnedError if the owner neither holds the lock nor has a lost hold of
+        it left to unlock.
         """
-        return self._client.runtime().leases.on_lost(self._held(owner), callback)
+        return self._client.runtime(closed_ok=True).leases.on_lost(
+            self._held(owner, lost_ok=True), callback
+        )
 
     @async_only
     async def guard(
@@ -285,10 +290,12 @@ class Lock:
         ``async with lock.guard():`` takes the lock like ``async with lock:``; when the hold
         is lost, the body is cancelled once (as ``asyncio.timeout`` does: ``finally`` blocks
         and other cleanup in it still run) and LockLostError is raised from the
-        ``async with``, so work done under a lock no longer held stops.
+        ``async with``, so work done under a lock no longer held stops. A hold lost before
+        the body even started (the process stalled right after the grant) is told the same
+        way, at the body's first suspension.
         """
         await self.lock(lease_time, owner=owner)
-        hold = self._held(owner)
+        hold = self._held(owner, lost_ok=True)
         task = asyncio.current_task()
         assert task is not None
         cancelling = task.cancelling()
@@ -299,7 +306,7 @@ class Lock:
                 state["cancelled"] = True
                 task.cancel(f"aiolock: the hold on {self.name!r} was lost")
 
-        remove = self._client.runtime().leases.on_lost(hold, lost)
+        remove = self._client.runtime(closed_ok=True).leases.on_lost(hold, lost)
         try:
             yield self
         except asyncio.CancelledError as exc:
@@ -379,15 +386,22 @@ class Lock:
         """The owner whose hold an operation is about: ``owner``, or the current task's."""
         return self._client.resolve_owner(owner)
 
-    def _held(self, owner: Owner | None) -> Hold:
+    def _held(self, owner: Owner | None, *, lost_ok: bool = False) -> Hold:
+        """The owner's hold, held; or, with ``lost_ok``, lost and not unlocked yet (it has
+        stale counts: its unlock raises LockLostError). Else LockNotOwnedError (and
+        ClientClosedError on a closed client, unless it is such a lost hold)."""
         who = self._owner(owner)
-        leases = self._client.runtime().leases
+        leases = self._client.runtime(closed_ok=lost_ok).leases
         hold = leases.get(self.name, who)
-        if hold is None or leases.current(hold).state is not HoldState.HELD:
-            raise LockNotOwnedError(
-                f"lock {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
-            )
-        return hold
+        if hold is not None:
+            state = leases.current(hold).state
+            if state is HoldState.HELD or (lost_ok and state is HoldState.LOST and hold.stale):
+                return hold
+        if lost_ok:
+            self._client.runtime()  # a closed client: ClientClosedError
+        raise LockNotOwnedError(
+            f"lock {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
+        )
 
 
 async def unlock_at_exit(

@@ -38,10 +38,24 @@ starts over while ``wait_time`` lasts. No member ever outlives the lease asked f
 the process dies half-way (Redisson takes members with ``2 x wait_time`` and PEXPIREs them
 afterwards, unchecked).
 
-**Losing it.** The multi-lock is lost as soon as any member is lost (its lease ran out, its
-renewal found it gone, it was force-unlocked, its client closed): ``on_lost`` callbacks run,
-``guard()`` cancels its body, and ``unlock()`` releases the other members and raises
-:class:`~aiolock.LockLostError`.
+**Losing it.** A composite reports a loss exactly as a plain lock does: ``on_lost``
+callbacks run once, ``guard()`` cancels its body, ``unlock()`` raises
+:class:`~aiolock.LockLostError`. A multi-lock needs every member, so it is lost as soon as
+any member is (its lease ran out, its renewal found it gone, it was force-unlocked, its
+client closed, or its release found nothing: its server restarted empty); a red lock needs
+a quorum (:mod:`aiolock.redlock`). ``unlock()`` releases every member the owner holds (or
+lost) in parallel and decides from what those releases report, after they ran: held to the
+end when a quorum of them (every member here) found their member held; lost when even with
+the unconfirmed ones that quorum is out of reach because members were found lost; not known
+(RedisOperationError) when only unconfirmed releases could make it up. ``on_lost`` on a
+composite already lost (not unlocked yet) schedules the callback at once.
+
+A loss inside an acquisition is the acquisition's own business: a member this call took is
+lost before the others are taken (the process stalled past its lease between two grants),
+so the attempt gives back what it took and goes on (``lock()`` waits on, ``try_lock()``
+tries again while ``wait_time`` lasts); the caller, who never held the multi-lock, is never
+told it was lost. Only counts held before the call and lost since make it raise
+LockLostError.
 
 Deliberate differences from Redisson (see ``REDISSON.md`` section 7): a stable order instead
 of the order given; ``unlock()`` releases every member in parallel and reports afterwards
@@ -271,12 +285,15 @@ class MultiLock:
             member.client.runtime()  # ClientClosedError, WrongEventLoopError
         return self._owner(owner)
 
-    def _check_usage(self, who: Owner, members: Sequence[_Member]) -> None:
+    def _check_usage(
+        self, who: Owner, members: Sequence[_Member], exclude: Collection[_Member] = ()
+    ) -> None:
         """Raise if ``members`` (that could not be taken at once) cannot be taken at all:
-        the multi-lock was lost and not unlocked yet (LockLostError), or the task holds one
-        of them under another owner of its own, so it would wait for itself
+        the multi-lock was lost and not unlocked yet (LockLostError; losses of the members
+        in ``exclude``, taken by the acquisition under way, are its own business), or the
+        task holds one of them under another owner of its own, so it would wait for itself
         (LockUsageError). Checked only then: nothing is looked up on the fast path."""
-        self._check_not_lost(who)
+        self._check_not_lost(who, exclude)
         task = asyncio.current_task()
         if task is None or who.task is not task:
             return  # an explicit owner: whatever else holds them is another owner
@@ -343,9 +360,17 @@ class MultiLock:
         try:
             for member in self._members:
                 if not await member.lock.try_lock(0, lease, owner=who):
+                    if any(_member_stats(m, who).lost for m in taken):
+                        # A member this attempt took was lost meanwhile (the process stalled
+                        # past its lease during this try, it was force-unlocked): the
+                        # attempt's own business. Give back what it took and start over (a
+                        # loss of counts held before this call is then reported by the next
+                        # attempt: they stay lost until unlocked).
+                        await self._release(taken, who, self._release_budget(wait_until))
+                        return None
                     # busy: check that it can ever be taken, then wait for it, at most what
                     # is left of the wait and of the earliest lease taken
-                    self._check_usage(who, [member])
+                    self._check_usage(who, [member], exclude=taken)
                     left = None if wait_until is None else max(0.0, wait_until - loop.time())
                     bounded_by_lease = False
                     if lease is not None and taken:
@@ -366,13 +391,16 @@ class MultiLock:
                     expires = min(expires, loop.time() + (remaining or 0.0))
             if all(s.held for s in self._stats(who)):
                 return True
-            # a member taken first was lost meanwhile (lease ran out, force-unlocked)
+            # a member taken first was lost meanwhile (lease ran out, force-unlocked): the
+            # attempt's own business, as above
             await self._release(taken, who, self._release_budget(wait_until))
             return None
         except BaseException as exc:
             await self._release(taken, who, self._release_budget(wait_until))
             if isinstance(exc, LockLostError):
-                self._check_not_lost(who)  # the multi-lock's own error, if it is lost
+                # a member's own lost counts, from before this call (its try refuses to
+                # take it again before they are unlocked): the multi-lock's own error
+                self._check_not_lost(who)
             raise
 
     def _release_budget(self, wait_until: float | None) -> float:
@@ -383,9 +411,13 @@ class MultiLock:
         left = wait_until + self._command_timeout - asyncio.get_running_loop().time()
         return min(self._cleanup_timeout, max(left, 0.001))
 
-    def _check_not_lost(self, who: Owner) -> None:
+    def _check_not_lost(self, who: Owner, exclude: Collection[_Member] = ()) -> None:
+        """Raise LockLostError if the owner's hold was lost and not unlocked yet; a loss of
+        the members in ``exclude`` (taken by the acquisition under way) does not count."""
         stats = self._stats(who)
-        if self._lost(stats):
+        if self._lost(stats) and any(
+            s.lost for m, s in zip(self._members, stats, strict=True) if m not in exclude
+        ):
             raise LockLostError(
                 f"{self._kind} {self.name!r} held by {who.id} was lost; unlock it as often as "
                 "it was taken before taking it again",
@@ -417,11 +449,17 @@ class MultiLock:
         """Drop one hold of every member the owner holds, in parallel.
 
         Once called, the releases complete even if the caller is cancelled (it waits for them
-        at most ``cleanup_timeout``). Raises LockNotOwnedError if the owner holds none of the
-        members (nothing is sent), LockLostError if the multi-lock was lost (the other
-        members are released all the same), LockNotOwnedError if it held only some of them,
-        and a RedisOperationError if a release could not be confirmed (it goes on in the
-        background; the member is never renewed again)."""
+        at most ``cleanup_timeout``). What it raises is decided from what the member
+        releases report, after they ran (a member lost unnoticed, e.g. its server restarted
+        empty, is found by its release); with the quorum every member for a multi-lock and
+        ``N // 2 + 1`` for a red lock: nothing if a quorum of releases found their member
+        held; LockLostError if fewer did, even counting the releases left unconfirmed,
+        because members were found lost (gone at release, or reported lost before; the
+        other members are released all the same); LockNotOwnedError if fewer did and none
+        was lost (the owner held only some members; those were released), or if it holds
+        none (nothing is sent); a RedisOperationError if only unconfirmed releases could
+        make up the quorum (they go on in the background; those members are never renewed
+        again)."""
         who = self._owner(owner)
         stats = self._stats(who)
         targets = [m for m, s in zip(self._members, stats, strict=True) if s.hold_count or s.lost]
@@ -429,44 +467,56 @@ class MultiLock:
             raise LockNotOwnedError(
                 f"{self._kind} {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
             )
-        lost = self._lost(stats)
-        held = self._held(stats)
         results = await self._release(targets, who, self._cleanup_timeout)
-        self._report_release(who, stats, results, lost=lost, held=held)
+        self._report_release(who, results)
 
-    def _report_release(
-        self,
-        who: Owner,
-        stats: list[Any],
-        results: dict[_Member, BaseException | None],
-        *,
-        lost: bool,
-        held: bool,
-    ) -> None:
-        errors = [error for error in results.values() if error is not None]
-        if lost:
-            cause = next((e for e in errors if isinstance(e, LockLostError)), None)
-            raise LockLostError(
-                f"{self._kind} {self.name!r} held by {who.id} was lost"
-                + (f": {cause}" if cause is not None else ""),
-                name=self.name,
-                owner=who.id,
-            ) from cause
-        failed = [e for e in errors if isinstance(e, RedisOperationError)]
-        if failed:
-            raise RedisOperationError(
-                f"releasing {self._kind} {self.name!r}: {len(failed)} of {len(results)} "
-                f"member releases were not confirmed ({failed[0]}); they go on in the "
-                "background or expire unrenewed"
-            ) from failed[0]
-        if not held:
-            missing = [m.lock.name for m, s in zip(self._members, stats, strict=True) if not s.held]
+    def _report_release(self, who: Owner, results: dict[_Member, BaseException | None]) -> None:
+        """Raise what the member releases say of the hold (see :meth:`unlock`). Held to the
+        end: a quorum of them (every member of a multi-lock) confirmed released. Lost:
+        fewer than that, and not even with the releases left unconfirmed (which may or may
+        not have found their member held), because members were found lost."""
+        released = [m for m, e in results.items() if e is None]
+        lost = [e for e in results.values() if isinstance(e, LockLostError)]
+        unconfirmed = [
+            e
+            for e in results.values()
+            if e is not None and not isinstance(e, LockNotOwnedError)  # nor LockLostError
+        ]
+        members, quorum = len(self._members), self.quorum
+        for member, error in results.items():
+            if error is not None:
+                logger.debug(
+                    "aiolock: %s %r: releasing %r: %s", self._kind, self.name, member, error
+                )
+        if len(released) >= quorum:
+            return
+        if len(released) + len(unconfirmed) < quorum:
+            if lost:
+                raise LockLostError(
+                    f"{self._kind} {self.name!r} held by {who.id} was lost: "
+                    + (
+                        f"only {len(released)} of its {members} members were still held at "
+                        f"unlock (a quorum is {quorum}); the first lost: {lost[0]}"
+                        if quorum < members
+                        else str(lost[0])
+                    ),
+                    name=self.name,
+                    owner=who.id,
+                ) from lost[0]
+            missing = ", ".join(repr(m.lock.name) for m in self._members if m not in released)
             raise LockNotOwnedError(
-                f"{self._kind} {self.name!r}: {who.id} held only some of its members "
-                f"(not {', '.join(map(repr, missing))}); those it held were released",
+                f"{self._kind} {self.name!r}: {who.id} held only {len(released)} of its "
+                f"{members} members (not {missing})"
+                + (f", fewer than a quorum of {quorum}" if quorum < members else "")
+                + "; those it held were released",
                 name=self.name,
                 owner=who.id,
             )
+        raise RedisOperationError(
+            f"releasing {self._kind} {self.name!r}: {len(unconfirmed)} of {len(results)} member "
+            f"releases were not confirmed ({unconfirmed[0]}), so whether it was held to the "
+            "end is not known; they go on in the background or expire unrenewed"
+        ) from unconfirmed[0]
 
     async def _release(
         self, members: Sequence[_Member], who: Owner, seconds: float
@@ -478,8 +528,9 @@ class MultiLock:
         results: dict[_Member, BaseException | None] = {}
         for member in members:
             try:
-                spawn = member.client.runtime().spawn
-            except AioLockError as exc:  # its client closed: every hold on it is gone
+                # a closed client still reports the holds its closing lost (LockLostError)
+                spawn = member.client.runtime(closed_ok=True).spawn
+            except AioLockError as exc:  # another event loop
                 results[member] = exc
                 continue
             task = spawn(member.lock.unlock(owner=who))
@@ -549,16 +600,23 @@ class MultiLock:
     def on_lost(self, callback: LostCallback, *, owner: Owner | None = None) -> Callable[[], None]:
         """Call ``callback(LockLostError)`` once if the owner loses the multi-lock (any
         member lost; for a red lock, fewer than a quorum still held). It runs from the event
-        loop soon after (a coroutine result is run as a task). Returns a remover.
-        Raises LockNotOwnedError if the owner does not hold it."""
+        loop soon after (a coroutine result is run as a task). A multi-lock already lost
+        (and not unlocked yet: its unlock would raise LockLostError) is told at once: the
+        callback is scheduled the same way. Returns a remover.
+        Raises LockNotOwnedError if the owner neither holds it nor has it lost to unlock."""
         who = self._owner(owner)
         stats = self._stats(who)
-        if not self._held(stats):
+        if self._held(stats):
+            watched = [m for m, s in zip(self._members, stats, strict=True) if s.held]
+            spare = len(watched) - self.quorum  # losses it survives
+        elif self._lost(stats):
+            # lost already: a lost member tells its loss at once, and so this callback
+            watched = [m for m, s in zip(self._members, stats, strict=True) if s.lost][:1]
+            spare = 0
+        else:
             raise LockNotOwnedError(
                 f"{self._kind} {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
             )
-        held = [m for m, s in zip(self._members, stats, strict=True) if s.held]
-        spare = len(held) - self.quorum  # losses it survives
         losses = 0
         removers: list[Callable[[], None]] = []
         fired = False
@@ -582,7 +640,7 @@ class MultiLock:
             while removers:
                 removers.pop()()
 
-        for member in held:
+        for member in watched:
             removers.append(member.lock.on_lost(member_lost, owner=who))
         return remove
 
@@ -592,8 +650,10 @@ class MultiLock:
     ) -> AsyncIterator[MultiLock]:
         """Hold the multi-lock for the body and cancel the body if it is lost.
 
-        Like ``Lock.guard()``: when the multi-lock is lost the body is cancelled once and
-        LockLostError is raised from the ``async with``."""
+        Like ``Lock.guard()``: when the multi-lock is lost (see :meth:`on_lost`) the body is
+        cancelled once and LockLostError is raised from the ``async with``; so it is when
+        the body ended but the releases at its end find the multi-lock lost (see
+        :meth:`unlock`)."""
         await self.lock(lease_time, owner=owner)
         task = current_task()
         cancelling = task.cancelling()
@@ -607,9 +667,9 @@ class MultiLock:
                 task.cancel(f"aiolock: {self._kind} {self.name!r} was lost")
 
         try:
-            remove = self.on_lost(lost, owner=owner)
-        except LockNotOwnedError:  # lost as soon as taken
-            await self._unlock_at_exit(None, owner)
+            remove = self.on_lost(lost, owner=owner)  # lost already: told at the first await
+        except BaseException as exc:  # never expected (it was just taken): give it back
+            await self._unlock_at_exit(exc, owner)
             raise
         try:
             yield self
@@ -705,24 +765,9 @@ class MultiLock:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ClosedMemberStatistics:
-    """A member whose client is closed: closing a client loses every hold on it."""
-
-    name: str
-    owner: str
-    held: bool = False
-    hold_count: int = 0
-    state: str | None = "lost"
-    lost: bool = True
-    lease_remaining: float | None = None
-    renewed: bool = False
-    tasks_waiting: int = 0
-
-
 def _member_stats(member: _Member, who: Owner) -> Any:
-    if member.client.closed:
-        return ClosedMemberStatistics(member.lock.name, who.id)
+    """The member's statistics for ``who``; a closed client's lock still reports the holds
+    its closing lost (lost, until unlocked)."""
     return member.lock.statistics(owner=who)
 
 

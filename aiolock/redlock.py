@@ -39,17 +39,25 @@ answer once a quorum is held or out of reach.
 **Holding and losing it.** Each master's lock is renewed by its own client's watchdog (or
 expires with ``lease_time``). The red lock is lost when fewer than a quorum of its members
 are still held: a member is lost when its renewal finds it gone or its lease runs out
-unconfirmed (a master killed or paused for longer than the lease). ``on_lost``, ``guard()``
-and ``unlock()`` report it, as for a multi-lock. ``unlock()`` releases every master held,
-in parallel; masters that fail then are not an error (their member expires unrenewed)
-unless a quorum of releases went unconfirmed.
+unconfirmed (a master killed or paused for longer than the lease), or when its release
+finds it gone (a master restarted empty). ``on_lost`` (once), ``guard()`` and ``unlock()``
+report it, as for a multi-lock. ``unlock()`` releases every master held, in parallel, and
+decides from what the releases report: a quorum of them found their master held, and it
+was held to the end (the other masters are not an error: their member was lost or expires
+unrenewed); fewer, and not even the unconfirmed releases could make up a quorum because
+masters were found lost: LockLostError; only the unconfirmed ones could:
+RedisOperationError (whether it was held to the end is not known). A round whose grants
+reach a quorum in number but whose masters are not all still held at its end (one granted
+early was lost meanwhile) is a failed round: it gives back what it took and the acquisition
+goes on.
 
 **What it does not guarantee.** A master that restarts without the key (no persistence, or
 a failover to a replica that had not received it) lets a second owner gather a quorum while
 the first still believes it holds the lock; so does a holder paused longer than its
-validity (a GC pause, SIGSTOP). The renewal notices the first case at its next tick, never
-before; nothing notices the second. Only a fencing token checked by the guarded resource
-closes these gaps (see docs/multilock.md).
+validity (a GC pause, SIGSTOP). The renewal notices the first case at its next tick, and the
+first owner's ``unlock()`` at the latest (its releases find the masters forgotten or taken);
+nothing notices the second. Only a fencing token checked by the guarded resource closes
+these gaps (see docs/multilock.md).
 """
 
 from __future__ import annotations
@@ -58,15 +66,13 @@ import asyncio
 import functools
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from .client import AioLock
 from .errors import (
     AioLockError,
     ClientClosedError,
-    LockLostError,
-    LockNotOwnedError,
     RedisOperationError,
 )
 from .keys import check_name
@@ -156,11 +162,13 @@ class RedLock(MultiLock):
             left = None if wait_until is None else max(0.0, wait_until - loop.time())
             slice_ = random.uniform(*ROUND_WAIT)
             round_wait = slice_ if left is None else min(left, slice_)
-            outcome = await self._round(who, round_wait, lease, give_up_at)
+            took: list[_Member] = []
+            outcome = await self._round(who, round_wait, lease, give_up_at, took)
             if outcome is True:
                 return True
-            # can it ever be taken? (checked only now: nothing is looked up on the fast path)
-            self._check_usage(who, self._members)
+            # can it ever be taken? (checked only now: nothing is looked up on the fast path;
+            # a loss of what this round took is the round's own business, given back)
+            self._check_usage(who, self._members, exclude=took)
             if isinstance(outcome, BaseException):
                 raise outcome
             if wait_until is not None:
@@ -171,10 +179,16 @@ class RedLock(MultiLock):
             await asyncio.sleep(delay if left is None else min(delay, left))
 
     async def _round(
-        self, who: Owner, wait: float, lease: float | None, give_up_at: float | None
+        self,
+        who: Owner,
+        wait: float,
+        lease: float | None,
+        give_up_at: float | None,
+        took: list[_Member],
     ) -> bool | BaseException:
         """One round (see the module docstring): True (held), False (not this time), or the
-        error to raise (the quorum is out of reach because masters failed)."""
+        error to raise (the quorum is out of reach because masters failed). The masters it
+        was granted are added to ``took``."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         attempts: Attempts = {
@@ -206,6 +220,7 @@ class RedLock(MultiLock):
                     if error is None:
                         if task.result():
                             granted += 1
+                            took.append(attempts[task])
                         else:
                             refused += 1
                     elif isinstance(error, AioLockError):
@@ -229,12 +244,16 @@ class RedLock(MultiLock):
             lease_s = lease if lease is not None else self._watchdog_timeout
             elapsed = loop.time() - start
             validity = lease_s - elapsed - (lease_s * self._drift_factor + DRIFT_MIN)
-            if validity > 0:
+            # and a quorum still held now: a master granted early in the round may have been
+            # lost since (force-unlocked, found gone by a renewal), the round's own business
+            if validity > 0 and self._held(self._stats(who)):
                 if pending:  # stragglers: cancelled; whatever they took is given back
                     detach(self._abandon({t: attempts[t] for t in pending}, who))
                 return True
             logger.debug(
-                "aiolock: red lock %r: quorum after %.3f s, no validity left", self.name, elapsed
+                "aiolock: red lock %r: quorum after %.3f s, no validity or quorum left",
+                self.name,
+                elapsed,
             )
         cleanup = detach(self._abandon(attempts, who))
         await _wait_for(cleanup, self._budget(give_up_at), self._cleanup_timeout)
@@ -270,13 +289,24 @@ class RedLock(MultiLock):
 
     async def _abandon(self, attempts: Attempts, who: Owner) -> None:
         """Cancel the attempts still running and give back every master any of them took
-        (a cancelled attempt undoes itself; one that ended with the master is released)."""
-        for task in attempts:
+        (a cancelled attempt undoes itself; one that ended with the master is released):
+        those already granted at once, the others as they end."""
+        granted = {t for t in attempts if t.done() and _granted(t)}
+        running = [t for t in attempts if not t.done()]
+        for task in running:
             task.cancel()
         limit = self._cleanup_timeout + self._command_timeout
-        await asyncio.wait(attempts, timeout=limit)
+        first = [m for t, m in attempts.items() if t in granted]
+        waits: list[Awaitable[Any]] = []
+        if first:
+            waits.append(self._release(first, who, self._cleanup_timeout))
+        if running:
+            waits.append(asyncio.wait(running, timeout=limit))
+        await asyncio.gather(*waits)
         took: list[_Member] = []
         for task, member in attempts.items():
+            if task in granted:
+                continue
             if not task.done():
                 logger.warning(
                     "aiolock: red lock %r: an attempt on %r did not end %.3g s after it was "
@@ -286,45 +316,19 @@ class RedLock(MultiLock):
                     limit,
                 )
                 task.add_done_callback(functools.partial(self._release_late, member, who))
-            elif not task.cancelled() and task.exception() is None and task.result():
+            elif _granted(task):
                 took.append(member)
         if took:
             await self._release(took, who, self._cleanup_timeout)
 
     def _release_late(self, member: _Member, who: Owner, task: asyncio.Task[bool]) -> None:
-        if not task.cancelled() and task.exception() is None and task.result():
+        if _granted(task):
             detach(self._release([member], who, self._cleanup_timeout))
 
-    # -- releasing ------------------------------------------------------------------------
 
-    def _report_release(
-        self,
-        who: Owner,
-        stats: list[Any],
-        results: dict[_Member, BaseException | None],
-        *,
-        lost: bool,
-        held: bool,
-    ) -> None:
-        if lost:
-            super()._report_release(who, stats, results, lost=lost, held=held)
-        if not held:
-            raise LockNotOwnedError(
-                f"red lock {self.name!r}: {who.id} held fewer than a quorum of its masters; "
-                "those it held were released",
-                name=self.name,
-                owner=who.id,
-            )
-        for member, error in results.items():
-            if error is not None and not isinstance(error, LockLostError):
-                logger.debug("aiolock: red lock %r: releasing %r: %s", self.name, member, error)
-        failed = [e for e in results.values() if isinstance(e, RedisOperationError)]
-        if len(failed) >= self.quorum:  # it may still be held by a quorum
-            raise RedisOperationError(
-                f"releasing red lock {self.name!r}: not confirmed on {len(failed)} of "
-                f"{len(self._members)} masters ({failed[0]}); it goes on in the background "
-                "or expires unrenewed"
-            ) from failed[0]
+def _granted(task: asyncio.Task[bool]) -> bool:
+    """An attempt that ended with its master taken."""
+    return not task.cancelled() and task.exception() is None and task.result()
 
 
 async def _wait_for(task: asyncio.Task[Any], seconds: float, cancelled_seconds: float) -> None:

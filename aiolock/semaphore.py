@@ -671,8 +671,8 @@ class PermitExpirableSemaphore:
                 state["cancelled"] = True
                 task.cancel(f"aiolock: permit {permit} of {self.name!r} was lost")
 
-        hold = self._hold(permit)
-        remove = self._client.runtime().leases.on_lost(hold, lost)
+        hold = self._hold(permit, lost_ok=True)  # lost already: told at the first await
+        remove = self._client.runtime(closed_ok=True).leases.on_lost(hold, lost)
         try:
             yield permit
         except asyncio.CancelledError as exc:
@@ -734,20 +734,27 @@ class PermitExpirableSemaphore:
     def on_lost(self, permit_id: str, callback: LostCallback) -> Callable[[], None]:
         """Call ``callback(LockLostError)`` once if this client's permit is lost (its lease
         ran out, a renewal was not confirmed in time, its task ended, the client closed).
-        Returns a function that removes the callback; LockNotOwnedError if not held here."""
-        hold = self._hold(check_permit_id(permit_id))
-        return self._client.runtime().leases.on_lost(hold, callback)
+        A permit already lost (and not released yet) is told at once: the callback is
+        scheduled as it would have been at the loss. Returns a function that removes the
+        callback; LockNotOwnedError if neither held nor lost here."""
+        hold = self._hold(check_permit_id(permit_id), lost_ok=True)
+        return self._client.runtime(closed_ok=True).leases.on_lost(hold, callback)
 
-    def _hold(self, permit: str) -> Hold:
-        leases = self._client.runtime().leases
+    def _hold(self, permit: str, *, lost_ok: bool = False) -> Hold:
+        """The permit's hold, held; or, with ``lost_ok``, lost and not released yet."""
+        leases = self._client.runtime(closed_ok=lost_ok).leases
         hold = leases.holds.get((self.name, permit))
-        if hold is None or leases.current(hold).state is not HoldState.HELD:
-            raise LockNotOwnedError(
-                f"permit {permit} of semaphore {self.name!r} is not held by this client",
-                name=self.name,
-                owner=permit,
-            )
-        return hold
+        if hold is not None:
+            state = leases.current(hold).state
+            if state is HoldState.HELD or (lost_ok and state is HoldState.LOST and hold.stale):
+                return hold
+        if lost_ok:
+            self._client.runtime()  # a closed client: ClientClosedError
+        raise LockNotOwnedError(
+            f"permit {permit} of semaphore {self.name!r} is not held by this client",
+            name=self.name,
+            owner=permit,
+        )
 
     # -- reading --------------------------------------------------------------------------
 

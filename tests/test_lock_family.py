@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol
@@ -223,6 +224,78 @@ async def test_a_force_unlock_elsewhere_cancels_the_guard(
             assert await make_lock(make_client(), "family-forced").force_unlock()
             await asyncio.sleep(10)
     assert not lock.statistics().held
+
+
+STALLED: dict[str, LockFactory] = {
+    **FACTORIES,
+    "read_lock": lambda client, name: client.read_write_lock(name).read_lock(),
+}
+
+
+@pytest.mark.parametrize("stalled_type", sorted(STALLED))
+async def test_on_lost_of_a_hold_lost_right_after_its_grant_is_told_at_once(
+    make_client: Callable[..., aiolock.AioLock], stalled_type: str
+) -> None:
+    """Issue 19, symptom 16: the process does not run (a GC pause, SIGSTOP; here the event
+    loop is blocked) for longer than the lease right after the grant, so the hold is lost
+    before on_lost is registered. Registering must tell the loss (the callback runs once,
+    soon, from the event loop), never claim the hold never existed (LockNotOwnedError); the
+    unlock then reports it, and the lock can be taken again."""
+    lock = STALLED[stalled_type](make_client(watchdog_timeout=0.3), "family-stalled")
+    await lock.lock()
+    time.sleep(0.4)  # noqa: ASYNC251 (the fault: nothing runs here for longer than the lease)
+    assert lock.statistics().lost and not lock.statistics().held
+    lost: list[aiolock.LockLostError] = []
+    lock.on_lost(lost.append)
+    await eventually(lambda: true(lost), within=5)
+    await asyncio.sleep(0.05)
+    assert len(lost) == 1 and isinstance(lost[0], aiolock.LockLostError)
+    with pytest.raises(aiolock.LockLostError):
+        await lock.unlock()
+    with pytest.raises(aiolock.LockNotOwnedError) as not_owned:
+        lock.on_lost(lost.append)  # unlocked: nothing held, nothing lost left to tell
+    assert not isinstance(not_owned.value, aiolock.LockLostError)
+    assert await lock.try_lock()
+    await lock.unlock()
+
+
+async def test_on_lost_after_the_client_closed_tells_the_loss(
+    make_client: Callable[..., aiolock.AioLock], make_lock: LockFactory
+) -> None:
+    """Closing a client loses its holds; registering on one afterwards tells that loss (as
+    its unlock does), for composites too."""
+    client = make_client()
+    lock = make_lock(client, "family-closed")
+    await lock.lock()
+    await client.aclose()
+    lost: list[aiolock.LockLostError] = []
+    lock.on_lost(lost.append)
+    await eventually(lambda: true(lost), within=5)
+    assert len(lost) == 1
+    with pytest.raises(aiolock.LockLostError):
+        await lock.unlock()
+    with pytest.raises((aiolock.LockNotOwnedError, aiolock.ClientClosedError)) as nothing:
+        lock.on_lost(lost.append)
+    assert not isinstance(nothing.value, aiolock.LockLostError)
+
+
+async def test_on_lost_of_a_permit_lost_right_after_its_grant_is_told_at_once(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    """Symptom 16 for a permit of a permit-expirable semaphore (renewed like a lock)."""
+    pes = make_client(watchdog_timeout=0.3).permit_expirable_semaphore("family-stalled-permit")
+    await pes.try_set_permits(1)
+    permit = await pes.acquire()
+    time.sleep(0.4)  # noqa: ASYNC251 (the fault: nothing runs here for longer than the lease)
+    lost: list[aiolock.LockLostError] = []
+    pes.on_lost(permit, lost.append)
+    await eventually(lambda: true(lost), within=5)
+    await asyncio.sleep(0.05)
+    assert len(lost) == 1 and isinstance(lost[0], aiolock.LockLostError)
+    with pytest.raises(aiolock.LockLostError):
+        await pes.release(permit)
+    with pytest.raises(aiolock.LockNotOwnedError):
+        pes.on_lost(permit, lost.append)
 
 
 async def test_1000_random_cancellations_leave_nothing_behind(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,8 @@ import aiolock
 from aiolock.leases import HoldState
 from aiolock.sentinel import master_from_url
 from aiolock.testing import LocalSentinel, RedisServer, find_redis_server_binary
+from aiolock.transport import ServerSettings
+from aiolock.transport.resolve import SWITCH_CHANNEL, SentinelAddress
 from tests.test_lock_family import EXCLUSIVE
 
 pytestmark = pytest.mark.skipif(
@@ -407,3 +410,226 @@ async def test_replica_acks_through_sentinel(
         replica_server.resume()
     async with client.lock("s:acks"):
         pass
+
+
+# -- the master moves under holds: re-checked at once, deposed grants never reported --------
+
+#: renewals every 30 s, leases of 90 s: a loss told within TOLD of the switch was told by
+#: the re-check at the switch, not by a renewal or the end of a lease
+SLOW: dict[str, Any] = {"watchdog_timeout": 90.0}
+TOLD = 15.0
+
+
+def _diverge(setup: LocalSentinel, *names: str) -> None:
+    """Delete ``names`` on the replica only, as if their writes had never reached it (Redis
+    replicates asynchronously); everything else stays in sync."""
+    with master_redis(setup) as master:
+        assert master.execute_command("WAIT", 1, 10000) == 1
+    (replica,) = setup.replicas()
+    with redis.Redis(*replica.address, socket_timeout=10) as direct:
+        direct.config_set("replica-read-only", "no")
+        try:
+            assert direct.delete(*names) == len(names)
+        finally:
+            direct.config_set("replica-read-only", "yes")
+
+
+@pytest.mark.parametrize("events", [True, False], ids=["switch-events", "checked-every-second"])
+async def test_holds_missing_on_the_new_master_are_lost_at_the_switch(
+    setup: LocalSentinel,
+    make_client: Callable[..., aiolock.AioLock],
+    monkeypatch: pytest.MonkeyPatch,
+    events: bool,
+) -> None:
+    """SENTINEL FAILOVER to a replica that lacks three of a client's holds (their writes
+    never reached it): each is told lost as soon as the client learns of the switch (every
+    hold is re-checked on the new master at once), not at its next renewal (30 s) or the
+    end of its lease (90 s): on_lost runs, guard() cancels its body, unlock() raises
+    LockLostError. Holds the replica has survive: one renewed on the new master, one with
+    a lease_time checked there without lengthening its lease. The same when the Sentinels'
+    events cannot be heard (the client learns of the switch by asking every second)."""
+    if not events:  # a stand-in for Sentinels whose pub/sub cannot be reached
+        monkeypatch.setattr(SentinelAddress, "listen", lambda self, on_switch, config: None)
+    client = make_client(**SLOW)
+    kept, renewed = client.lock("s:kept"), client.lock("s:gone")
+    leased, kept_leased = client.lock("s:gone:leased"), client.lock("s:kept:leased")
+    await kept.lock()
+    await kept_leased.lock(lease_time=90)
+    leased_by = asyncio.get_running_loop().time()  # its TTL was set before this
+    await renewed.lock()
+    await leased.lock(lease_time=90)
+    lost: list[str] = []
+    renewed.on_lost(lambda _: lost.append("renewed"))
+    leased.on_lost(lambda _: lost.append("leased"))
+    guarded = asyncio.Event()
+    cancelled: list[aiolock.LockLostError] = []
+
+    async def guard() -> None:
+        try:
+            async with client.lock("s:gone:guarded").guard():
+                guarded.set()
+                await asyncio.sleep(3600)
+        except aiolock.LockLostError as error:
+            cancelled.append(error)
+
+    guarding = asyncio.create_task(guard())
+    await guarded.wait()
+    await asyncio.to_thread(_diverge, setup, "s:gone", "s:gone:leased", "s:gone:guarded")
+    old = setup.master()
+    new = await asyncio.to_thread(setup.failover)
+    assert new is not old
+    await eventually(
+        lambda: sorted(lost) == ["leased", "renewed"] and bool(cancelled),
+        TOLD,
+        f"the missing holds told lost (told: {sorted(lost)}, guard cancelled: {cancelled})",
+    )
+    await asyncio.wait_for(guarding, 10)
+    for lock in (renewed, leased):
+        with pytest.raises(aiolock.LockLostError):
+            await lock.unlock()
+    assert await kept.is_held_by_current_task()
+    assert await kept_leased.is_held_by_current_task()
+    with redis.Redis(*new.address) as direct:
+        assert direct.pttl("s:kept") > 60_000  # renewed there
+        since = asyncio.get_running_loop().time() - leased_by
+        assert 0 < direct.pttl("s:kept:leased") <= 90_000 - since * 1000 + 5  # not lengthened
+    await kept.unlock()
+    await kept_leased.unlock()
+    assert client.statistics().holds["held"] == 0
+    assert client.statistics().server_changes >= 1
+
+
+async def test_a_grant_from_the_deposed_master_is_not_reported(
+    setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """Two holders, the way issue 19 found them: client A's acquire reaches the master just
+    as it freezes; the Sentinels fail over; client B takes the lock on the new master; then
+    the old master thaws, still a master until the Sentinels demote it, and grants A the
+    acquire it had read. That grant came from a master deposed after the acquire was sent:
+    A is not told it holds the lock (it gives it back and waits on the new master, until B
+    releases)."""
+    a = make_client(command_timeout=20.0)
+    b = make_client()
+    warm = a.lock("s:two:warm")
+    assert await warm.try_lock()  # A's command link is open, to the master
+    await warm.unlock()
+    master = setup.master()
+    a_held = asyncio.Event()
+    a_done = asyncio.Event()
+
+    async def take() -> bool:
+        lock = a.lock("s:two")
+        if not await lock.try_lock(FAILOVER_BOUND + 90):
+            return False
+        a_held.set()
+        await a_done.wait()
+        await lock.unlock()
+        return True
+
+    master.pause()
+    try:
+        taking = asyncio.create_task(take())
+        await asyncio.sleep(0.2)  # written to the frozen master
+        new = await asyncio.to_thread(
+            setup.wait_for_new_master, master, demote_old_master=False, timeout=FAILOVER_BOUND
+        )
+        assert new is not master
+        b_lock = b.lock("s:two")
+        assert await b_lock.try_lock(FAILOVER_BOUND)
+    finally:
+        master.resume()  # it reads A's acquire and, a master still, grants it
+    await eventually(
+        lambda: a_held.is_set() or taking.done() or a.statistics().tasks_waiting == 1,
+        FAILOVER_BOUND,
+        "A's acquire settled: waiting on the new master (or, wrongly, holding)",
+    )
+    assert not a_held.is_set(), "A was told it holds the lock that B holds"
+    await b_lock.unlock()
+    async with asyncio.timeout(30):
+        await a_held.wait()
+    with redis.Redis(*new.address) as direct:
+        assert direct.exists("s:two")
+    a_done.set()
+    assert await asyncio.wait_for(taking, 30)
+
+
+async def test_min_replicas_to_write_stops_grants_on_a_master_cut_off(
+    setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """What docs/sentinel.md says ``min-replicas-to-write`` adds: a master that has heard
+    from no replica for ``min-replicas-max-lag`` s (its replica frozen here; cut off by a
+    partition in the case it guards against) refuses writes, so it stops granting locks
+    (RedisOperationError naming NOREPLICAS, nothing taken) instead of granting what a new
+    master would never see."""
+    client = make_client()
+    (replica,) = setup.replicas()
+    with master_redis(setup) as master:
+        master.config_set("min-replicas-max-lag", 1)
+        master.config_set("min-replicas-to-write", 1)
+        replica.pause()
+        try:
+            names = (f"s:minrep:{index}" for index in itertools.count())
+            refused: list[str] = []
+
+            async def refuses() -> bool:
+                lock = client.lock(name := next(names))
+                try:
+                    taken = await lock.try_lock()
+                except aiolock.RedisOperationError as error:
+                    assert "NOREPLICAS" in str(error)
+                    refused.append(name)
+                    return True
+                if taken:  # not refused yet; its release may be
+                    with contextlib.suppress(aiolock.RedisOperationError):
+                        await lock.unlock()
+                return False
+
+            await eventually(refuses, 20, "the master refuses to grant")
+            assert not master.exists(refused[0])
+        finally:
+            replica.resume()
+            master.config_set("min-replicas-to-write", 0)
+            master.config_set("min-replicas-max-lag", 10)
+
+
+async def test_the_sentinels_switch_events_are_followed(setup: LocalSentinel) -> None:
+    """The resolver subscribes to +switch-master on every Sentinel and reports each switch
+    of its service (old and new address) as it happens; until the Sentinel redis-py asks
+    first names the new master too, a connect goes to the new one, not back to the old."""
+    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        setup.sentinel_addresses, socket_timeout=1.0
+    )
+    master_client = sentinel.master_for(setup.master_name)
+    resolver = SentinelAddress(master_client.connection_pool)
+    switches: list[tuple[str, str]] = []
+    try:
+        resolver.listen(lambda old, new: switches.append((old, new)), aiolock.Config())
+        await eventually(lambda: resolver.subscribed == 3, 20, "subscribed on every Sentinel")
+        old = "{}:{}".format(*setup.master_address())
+        new = "{}:{}".format(*(await asyncio.to_thread(setup.failover)).address)
+        await eventually(lambda: (old, new) in switches, 20, f"the switch told ({switches})")
+        assert resolver.switches >= 1
+        assert (await resolver.resolve(ServerSettings(), soon())).address == new
+
+        async def named() -> bool:
+            host, port = await master_client.connection_pool.get_master_address()
+            return f"{host}:{port}" == new
+
+        await eventually(named, 20, "redis-py's Sentinel names the new master")
+        # An event about another service is not ours; one naming the master the Sentinels
+        # (still) name as the old one makes a connect go where the event said.
+        as_event = new.replace(":", " ")  # <ip> <port>
+        resolver._message(SWITCH_CHANNEL, f"other {as_event} 127.0.0.1 1".encode())
+        assert (await resolver.resolve(ServerSettings(), soon())).address == new
+        resolver._message(SWITCH_CHANNEL, f"{setup.master_name} {as_event} 127.0.0.1 1".encode())
+        assert (await resolver.resolve(ServerSettings(), soon())).address == "127.0.0.1:1"
+    finally:
+        await resolver.aclose()
+        await master_client.aclose()
+        await sentinel.aclose()
+    assert resolver.subscribed == 0
+
+
+def soon() -> float:
+    """A deadline 10 s from now (loop time)."""
+    return asyncio.get_running_loop().time() + 10

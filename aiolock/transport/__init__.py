@@ -8,6 +8,8 @@
   without a fence nothing may be concluded "did not run".
 * :meth:`Transport.subscribe` / :meth:`Transport.unsubscribe`: pub/sub channels whose messages
   go to a :class:`Listener`, one per channel.
+* :meth:`Transport.watch` registers a :class:`Watcher`, told when the server behind the
+  links changes (a failover, a restart: another ``run_id``), so that holds are re-checked.
 * :meth:`Transport.aclose` closes every link.
 
 :class:`StandaloneTransport` serves one server; a cluster transport serves one link per node
@@ -16,6 +18,7 @@ behind the same interface, routing by ``key``.
 
 from .base import Transport as Transport
 from .base import TransportStatistics as TransportStatistics
+from .base import Watcher as Watcher
 from .base import wait_call as wait_call
 from .link import Call as Call
 from .link import Chain as Chain

@@ -6,7 +6,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import Config
 from ..keys import key_slot
@@ -32,12 +32,37 @@ class TransportStatistics:
     fences: int
     #: pub/sub connections opened again after one was lost
     pubsub_reconnects: int = 0
+    #: times the server behind the links changed (a failover, a restart)
+    server_changes: int = 0
+
+
+class Watcher(Protocol):
+    """What the layer above is told of the server behind a transport (the lease registry:
+    it re-checks every hold when the server changes)."""
+
+    def server_changed(self, why: str) -> None:
+        """The server behind the links is another one now: the Sentinels named another
+        master, or a new link found another ``run_id`` (the server restarted, empty unless
+        it persists). What was written before may be gone; replies to commands sent before
+        came from the server that was. Called once per change, before any command is sent
+        to the new server."""
+
+    def needs_server(self) -> bool:
+        """Whether a lost command link should be opened again at once, to learn whether
+        the server changed (True while something is held), rather than at the next command."""
 
 
 class Transport(ABC):
     """The interface the layers above use (see the module docstring)."""
 
     config: Config
+    #: who is told when the server changes (see :meth:`watch`)
+    _watchers: tuple[Watcher, ...] = ()
+
+    def watch(self, watcher: Watcher) -> None:
+        """Tell ``watcher`` when the server behind the links changes. A transport that
+        cannot tell (a cluster's nodes are watched by its own machinery) never calls it."""
+        self._watchers = (*self._watchers, watcher)
 
     @abstractmethod
     def send_now(self, packed: bytes, *, key: str | None) -> Call | None:

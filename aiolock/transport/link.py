@@ -85,6 +85,9 @@ class LinkIdentity:
     client_id: int | None
     #: the client's address as the server saw it (``CLIENT INFO``'s ``addr``)
     addr: str | None
+    #: the server process's ``run_id`` (``INFO server``) when the link asked for it: a
+    #: server restarted (empty, unless it persists) answers another one
+    run_id: str | None = None
 
 
 class OutcomeUnknown(Exception):
@@ -217,6 +220,7 @@ class Link(asyncio.Protocol):
         on_closed: Callable[[Link, BaseException], None] | None = None,
         master_only: bool = False,
         standalone: bool = False,
+        ask_run_id: bool = False,
     ) -> None:
         self.settings = settings
         #: whether the handshake checks that the server is a master (``ROLE``)
@@ -224,6 +228,8 @@ class Link(asyncio.Protocol):
         #: whether the handshake checks that the server is neither a cluster node nor a
         #: Sentinel (``HELLO``'s ``mode``): the links of a one-server transport
         self.standalone = standalone
+        #: whether the handshake asks the server's run_id (``INFO server``, once per link)
+        self.ask_run_id = ask_run_id
         #: set once a command was answered READONLY (see the module docstring)
         self.readonly = False
         self._command_timeout = command_timeout
@@ -327,8 +333,11 @@ class Link(asyncio.Protocol):
             commands.append(_HELLO)
         if self.master_only:
             commands.append(("ROLE",))
+        if self.ask_run_id:
+            commands.append(("INFO", "server"))
         commands.append(("CLIENT", "INFO"))
         calls = [self.send(pack(command)) for command in commands]
+        run_id = None
         for command, call in zip(commands, calls, strict=True):
             reply = await call.future
             if isinstance(reply, OutcomeUnknown):
@@ -341,6 +350,8 @@ class Link(asyncio.Protocol):
                     break  # an old server or a restricted user: no identity, no fencing
                 if command == ("ROLE",) and _tolerable(reply):
                     continue  # a restricted user: READONLY replies still tell a replica
+                if command[0] == "INFO" and _tolerable(reply):
+                    continue  # a restricted user: a restart is not told apart from a drop
                 if command == _HELLO and _unanswered(reply):
                     continue  # Redis < 6, a proxy: the mode is not known
                 if command[0] == "AUTH":
@@ -360,8 +371,11 @@ class Link(asyncio.Protocol):
                     )
             if command == _HELLO:
                 _check_mode(settings.address, reply)
+            if command[0] == "INFO":
+                run_id = _run_id(reply)
+                self.identity = LinkIdentity(settings.address, None, None, run_id)
             if command[:2] == ("CLIENT", "INFO"):
-                self.identity = _identity(settings.address, reply)
+                self.identity = _identity(settings.address, reply, run_id)
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -638,9 +652,18 @@ def _tolerable(reply: ErrorReply) -> bool:
     return reply.code == "NOPERM" or "unknown" in text
 
 
-def _identity(server: str, info: Any) -> LinkIdentity:
+def _identity(server: str, info: Any, run_id: str | None) -> LinkIdentity:
     """Parse ``CLIENT INFO`` (``id=7 addr=127.0.0.1:5000 laddr=... name=...``)."""
     text = info.decode() if isinstance(info, bytes) else str(info)
     fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
     client_id = int(fields["id"]) if fields.get("id", "").isdigit() else None
-    return LinkIdentity(server, client_id, fields.get("addr"))
+    return LinkIdentity(server, client_id, fields.get("addr"), run_id)
+
+
+def _run_id(info: Any) -> str | None:
+    """The ``run_id`` line of ``INFO server`` (None if absent: not a Redis-like server)."""
+    text = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+    for line in text.splitlines():
+        if line.startswith("run_id:"):
+            return line[7:].strip() or None
+    return None

@@ -1,10 +1,19 @@
 """The transport of one Redis server: one pipelined command link and one pub/sub link.
 
 Where that server is, is asked of a :class:`~.resolve.Resolver` at every connect: a fixed
-address, or the master the Sentinels name now. When the master moves (a link answered
-READONLY, the Sentinels name another server, or a new link reached another server), the
-command link is replaced and the pub/sub link dropped, so both follow the master (the
-subscriber subscribes every channel again and wakes every waiter to re-check).
+address, or the master the Sentinels name now. When the master moves (a Sentinel announced
+``+switch-master``, a link answered READONLY, the Sentinels name another server when asked
+every second, or a new link reached another server), the command link is replaced and the
+pub/sub link dropped, so both follow the master (the subscriber subscribes every channel
+again and wakes every waiter to re-check).
+
+The server behind the links can also change at the same address: every command link asks
+the server's ``run_id`` when it opens (``INFO server``), and another one means the server
+restarted (empty, unless it persists). Either change is told to the watchers
+(:meth:`Transport.watch`, the lease registry, which checks every hold there at once), once,
+before anything is sent to the new server. A command link lost while something is held is
+opened again at once (with backoff), so that a restart is noticed then, not at the next
+command.
 """
 
 from __future__ import annotations
@@ -50,6 +59,11 @@ class StandaloneTransport(Transport):
         self._fences = 0
         self._warned_fence = False
         self._closed = False
+        #: the server (address, run_id) what was written lives on: a link opened elsewhere,
+        #: or to another run_id, is a change of server (run_id None: not known yet)
+        self._home: tuple[str, str | None] | None = None
+        self._changes = 0
+        self._reopening: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<StandaloneTransport {self.resolver.what}>"
@@ -65,8 +79,10 @@ class StandaloneTransport(Transport):
             settings,
             command_timeout=config.command_timeout,
             ping_interval=config.ping_interval,
+            on_closed=self._link_closed,
             master_only=self.resolver.moves,
             standalone=True,
+            ask_run_id=True,
         )
         return await self._still_master(link)
 
@@ -88,14 +104,88 @@ class StandaloneTransport(Transport):
 
     def _adopt(self, link: Link) -> None:
         self._link = link
-        server = link.identity.server
+        server, run_id = link.identity.server, link.identity.run_id
         moved = self._server is not None and self._server != server
         self._server = server
         if moved:
             logger.warning("aiolock: the master is now %s", server)
             self._subscriber.drop(f"the master moved to {server}", unless_at=server)
+        home = self._home
+        if home is None or home[0] != server or home[1] is None or run_id is None:
+            self._home = (server, run_id)
+            if home is not None and home[0] != server:
+                self._server_changed(f"the master moved to {server}")
+        elif home[1] != run_id:
+            self._home = (server, run_id)
+            self._server_changed(f"{server} restarted: another run_id")
         if self.resolver.moves and self._watch is None and not self._closed:
             self._watch = asyncio.get_running_loop().create_task(self._watch_master())
+            self.resolver.listen(self._switched, self.config)
+
+    def _server_changed(self, why: str) -> None:
+        """Tell the watchers (once per change, before anything is sent there)."""
+        self._changes += 1
+        logger.warning("aiolock: %s; every hold is checked there", why)
+        for watcher in self._watchers:
+            try:
+                watcher.server_changed(why)
+            except Exception:  # never expected; the transport goes on
+                logger.exception("aiolock: telling of a server change failed")
+
+    def _link_closed(self, link: Link, error: BaseException) -> None:
+        """A command link closed: open another at once while something is held (a restart
+        is noticed then, by its run_id); otherwise the next command opens it."""
+        if link is not self._link or self._closed or self._reopening is not None:
+            return
+        if any(watcher.needs_server() for watcher in self._watchers):
+            self._reopening = asyncio.get_running_loop().create_task(self._reopen())
+
+    async def _reopen(self) -> None:
+        try:
+            while not self._closed:
+                link = self._link
+                if link is not None and not link.closed and not link.readonly:
+                    return
+                if not any(watcher.needs_server() for watcher in self._watchers):
+                    return
+                try:
+                    await self._connector.connect(None)  # backs off after a failure
+                except NotSent as exc:
+                    logger.debug("aiolock: opening the link again: %s", exc)
+        except Exception:  # never expected; the next command opens a link anyway
+            logger.exception("aiolock: opening the link again failed")
+        finally:
+            self._reopening = None
+
+    def _switched(self, old: str, new: str) -> None:
+        """A Sentinel announced that the master moved from ``old`` to ``new``: leave ``old``
+        now. (An event about another server than ours is left to the check every second.)"""
+        link = self._link
+        at = link.identity.server if link is not None and not link.closed else None
+        home = self._home[0] if self._home is not None else None
+        if old in (at, home):
+            self._master_moved(new, f"the Sentinels switched the master to {new}")
+
+    def _master_moved(self, now: str, why: str) -> None:
+        """The master is ``now``: leave any other server at once (the command link takes no
+        more commands, the pub/sub link is dropped) and tell the watchers if what was written
+        lived elsewhere."""
+        link = self._link
+        if (
+            link is not None
+            and not link.closed
+            and not link.readonly
+            and link.identity.server != now
+        ):
+            logger.warning("aiolock: the master is now %s; leaving %s", now, link.identity.server)
+            link.readonly = True  # no more commands: the next send connects to the master
+            if not link.in_flight:
+                link.close(ConnectionError(why))
+        self._subscriber.drop(why, unless_at=now)
+        home = self._home
+        if home is not None and home[0] != now:
+            self._home = (now, None)
+            self._server_changed(why)
 
     async def _open_subscriber_link(
         self, sink: Callable[[bytes, bytes], None], on_closed: Callable[[Link, BaseException], None]
@@ -126,15 +216,7 @@ class StandaloneTransport(Transport):
             except Exception:  # never expected; this task must not die silently
                 logger.exception("aiolock: asking where the master is failed")
                 continue
-            link = self._link
-            if link is not None and not link.closed and link.identity.server != now:
-                logger.warning(
-                    "aiolock: the master is now %s; leaving %s", now, link.identity.server
-                )
-                link.readonly = True  # no more commands: the next send connects to the master
-                if not link.in_flight:
-                    link.close(ConnectionError(f"the master moved to {now}"))
-            self._subscriber.drop(f"the master moved to {now}", unless_at=now)
+            self._master_moved(now, f"the master moved to {now}")
 
     def send_now(self, packed: bytes, *, key: str | None) -> Call | None:
         link = self._link
@@ -169,6 +251,10 @@ class StandaloneTransport(Transport):
             deadline = asyncio.get_running_loop().time() + self.config.command_timeout
         try:
             link = await self._current(deadline)
+            if identity.run_id is not None and link.identity.run_id not in (None, identity.run_id):
+                # The dropped link's server restarted: that process is gone, and whatever it
+                # was still to run with it (an id on the new one may be another client's).
+                return self._fenced_now(identity)
             if self.resolver.moves and link.identity.server != identity.server:
                 # The dropped link went to a server that is no longer the master (the link
                 # to the master goes elsewhere now): whatever it still runs there is
@@ -218,6 +304,7 @@ class StandaloneTransport(Transport):
             pubsub_connections_opened=self._subscriber.connections_opened,
             fences=self._fences,
             pubsub_reconnects=self._subscriber.reconnects,
+            server_changes=self._changes,
         )
 
     @property
@@ -226,10 +313,12 @@ class StandaloneTransport(Transport):
 
     async def aclose(self) -> None:
         self._closed = True
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        for task in (self._watch, self._reopening):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self.resolver.aclose()
         await self._connector.aclose()
         await self._subscriber.aclose()
         link, self._link = self._link, None
