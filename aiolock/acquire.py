@@ -1223,6 +1223,13 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             continue
         if reply is None or type(reply) is bool:  # settled
             outcome = reply
+            if outcome is True and hold.epoch != epoch:
+                # Settled by reading a server the hold was never checked on (it restarted,
+                # or another master took over, since the grant): the owner holding nothing
+                # there cannot tell a release that ran from a hold the change wiped.
+                raise rt.leases.lose(
+                    hold, f"{rt.leases.change}, before its release was confirmed there", used=1
+                )
         elif isinstance(reply, ErrorReply):
             failed()
             raise RedisOperationError(f"releasing {rule.name!r} failed: {reply}")

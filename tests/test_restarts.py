@@ -190,3 +190,41 @@ async def test_a_user_not_allowed_info_still_works(fresh_server: RedisServer) ->
             async with client.lock("r:no-info") as lock:
                 assert await lock.is_held_by_current_task()
             assert client.statistics().server_changes == 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda c: c.lock("r:settled"),
+        lambda c: c.fenced_lock("r:settled"),
+        lambda c: c.fair_lock("r:settled"),
+        lambda c: c.read_write_lock("r:settled").read_lock(),
+        lambda c: c.read_write_lock("r:settled").write_lock(),
+    ],
+    ids=["lock", "fenced_lock", "fair_lock", "read_lock", "write_lock"],
+)
+async def test_a_release_settled_on_the_restarted_server_is_a_loss(
+    fresh_server: RedisServer, make: Callable[[aiolock.AioLock], aiolock.Lock]
+) -> None:
+    """The race (found by the fault campaign): the server restarts empty while a lock is
+    held, and the unlock's release is the first command on the new server, before the holds
+    are checked there (a hold being released is not checked). Its reply is lost; the link
+    is fenced and the owner's count read: 0, as after a release that ran. Before the fix
+    that was "released" although the restart had wiped the hold (the unlock returned
+    normally, no on_lost); the hold was never seen on the new server, so it is a loss."""
+    async with TcpProxy.for_url(fresh_server.url) as proxy:
+        async with aiolock.from_url(proxy.url, command_timeout=0.5, cleanup_timeout=1.0) as client:
+            lock = make(client)
+            await lock.lock()
+            told: list[aiolock.LockLostError] = []
+            lock.on_lost(told.append)
+            fresh_server.kill()
+            await asyncio.sleep(0.2)  # the link drops, and cannot be opened again meanwhile
+            fresh_server.restart()  # empty, with another run_id
+            proxy.drop_next_reply(to="EVALSHA")  # the release's
+            with pytest.raises(aiolock.LockLostError, match="restarted"):
+                await lock.unlock()
+            await eventually(lambda: bool(told), 2, "on_lost")
+            await eventually(lambda: not any(client.statistics().holds.values()), 5, "cleanup")
+            assert await lock.try_lock()  # the client works on the restarted server
+            await lock.unlock()
