@@ -260,6 +260,13 @@ def cleanup_deadline(start: float, config: Config) -> float:
     return start + config.cleanup_timeout - margin(config.cleanup_timeout)
 
 
+def cancel_allowance(config: Config) -> float:
+    """How long a cancelled call waits, from its cancellation, for the work it hands to the
+    background (giving back a grant, settling a lost reply) before its CancelledError goes
+    on, so that it is back within ``cleanup_timeout`` of its cancellation."""
+    return config.cleanup_timeout - margin(config.cleanup_timeout)
+
+
 async def command(rt: Runtime, key: str, cmd: Command, deadline: float | None) -> Any:
     """Send ``cmd`` and return its reply (an ErrorReply or OutcomeUnknown is returned, not
     raised); NotSent after ``retry_attempts`` failed connects is raised. A READONLY reply
@@ -417,7 +424,7 @@ class _Op:
                 (task,), timeout=None if deadline is None else max(0.0, deadline - loop.time())
             )
         except asyncio.CancelledError:
-            await wait_shielded(task, self.rt.config.cleanup_timeout)
+            await wait_shielded(task, cancel_allowance(self.rt.config))
             if not task.done():
                 self._leave_turn_to(task)
             raise
@@ -474,7 +481,7 @@ class _Op:
             # at least a millisecond: a timer due at once runs before the poll on uvloop
             await asyncio.wait((late,), timeout=max(0.001, deadline - loop.time()))
         except asyncio.CancelledError:
-            await wait_shielded(self.hand_over(late, finish), self.rt.config.cleanup_timeout)
+            await wait_shielded(self.hand_over(late, finish), cancel_allowance(self.rt.config))
             raise
         if late.done():
             return late.result()
@@ -521,7 +528,7 @@ class _Op:
         """The caller was cancelled waiting for ``call``: :meth:`abandon` it and wait for
         the cleanup at most cleanup_timeout (the caller re-raises its CancelledError)."""
         if not self.in_background:
-            await wait_shielded(self.abandon(call, finish), self.rt.config.cleanup_timeout)
+            await wait_shielded(self.abandon(call, finish), cancel_allowance(self.rt.config))
 
     async def settle(
         self, unknown: OutcomeUnknown, deadline: float | None, settle: Settle, finish: Finish
@@ -544,7 +551,7 @@ class _Op:
         except asyncio.CancelledError:
             if not self.in_background:
                 cleanup = self.hand_over(_ready(unknown), finish)
-                await wait_shielded(cleanup, self.rt.config.cleanup_timeout)
+                await wait_shielded(cleanup, cancel_allowance(self.rt.config))
             raise
         if self.hold is not None:
             self.rt.leases.taint(self.hold, self.field)  # the old request may still arrive

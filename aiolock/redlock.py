@@ -69,7 +69,7 @@ import random
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from .acquire import cleanup_deadline, give_up_point
+from .acquire import cancel_allowance, cleanup_deadline, give_up_point
 from .client import AioLock
 from .errors import (
     AioLockError,
@@ -259,7 +259,7 @@ class RedLock(MultiLock):
                 elapsed,
             )
         cleanup = detach(self._abandon(attempts, who))
-        await _wait_for(cleanup, self._budget(give_up_at), self._cleanup_timeout)
+        await _wait_for(cleanup, self._budget(give_up_at), cancel_allowance(self._bounds))
         if members - len(errors) < quorum:
             return self._out_of_reach(errors)
         return False

@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from .acquire import NOT_RUN, Command, Runtime, wait_shielded
+from .acquire import NOT_RUN, Command, Runtime, cancel_allowance, wait_shielded
 from .errors import OutcomeUnknownError, RedisOperationError, RedisUnavailableError
 from .keys import requests_key
 from .tasks import new_id
@@ -185,7 +185,7 @@ async def _finish(rt: Runtime, coro: Coroutine[Any, Any, Any]) -> Any:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         task.add_done_callback(_log_outcome)
-        await wait_shielded(task, rt.config.cleanup_timeout)
+        await wait_shielded(task, cancel_allowance(rt.config))
         raise
 
 
@@ -194,7 +194,7 @@ async def _finish_cancelled(rt: Runtime, coro: Coroutine[Any, Any, Any]) -> None
     cleanup_timeout."""
     task = rt.spawn(coro)
     task.add_done_callback(_log_outcome)
-    await wait_shielded(task, rt.config.cleanup_timeout)
+    await wait_shielded(task, cancel_allowance(rt.config))
 
 
 def _log_outcome(task: asyncio.Task[Any]) -> None:

@@ -80,6 +80,7 @@ SLOW_TESTS = {
     "tests/examples/test_example_worker.py::test_workers_lose_no_deposit_and_never_overlap_run_after_run",
     "tests/test_cancellation.py::test_cancelled_while_the_acquire_reply_is_in_flight",
     "tests/test_cancellation.py::test_cancelled_while_the_acquire_request_is_in_flight",
+    "tests/test_bounds.py::test_a_cancelled_call_ends_within_cleanup_timeout_of_its_cancellation",
     "tests/test_bounds.py::test_a_write_blocked_connection_bounds_a_fence_by_its_deadline",
     "tests/test_bounds.py::test_a_write_blocked_connection_bounds_unlock_by_cleanup_timeout",
     "tests/test_cancellation.py::test_unresolvable_outcome_is_an_aiolock_error",

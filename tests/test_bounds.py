@@ -326,3 +326,52 @@ async def test_a_write_blocked_connection_bounds_a_fence_by_its_deadline(
         await asyncio.gather(*fillers, return_exceptions=True)
         assert not fenced
         assert took < 0.3 + 0.5  # bounded by its deadline (generous), not by the 10 s check
+
+
+def _try_lock(make: Factory) -> Callable[[aiolock.AioLock, int], Awaitable[object]]:
+    return lambda client, i: make(client, f"cancelled:{i}").try_lock(30)
+
+
+#: calls cut short by a cancellation while their command is unanswered: how to make one
+CANCELLED: dict[str, Callable[[aiolock.AioLock, int], Awaitable[object]]] = {
+    **{kind: _try_lock(make) for kind, (make, _) in KINDS.items()},
+    "semaphore": lambda c, i: c.semaphore("cancelled:sem").try_acquire(1, 30),
+    "latch count_down": lambda c, i: c.countdown_latch("cancelled:latch").count_down(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CANCELLED))
+async def test_a_cancelled_call_ends_within_cleanup_timeout_of_its_cancellation(
+    fault: Fault, kind: str
+) -> None:
+    """20 calls whose commands go unanswered are cancelled at moments spread over a third of
+    a second. Each waits for what it handed to the background (the give-back of what its
+    command may take, the settling of its lost reply) at most until ``cleanup_timeout``
+    after its cancellation (before the fix: exactly that long, so it returned after it)."""
+    async with aiolock.from_url(fault.url, **CONFIG) as client:
+        async with aiolock.from_url(fault.direct) as setup:
+            assert await setup.semaphore("cancelled:sem").try_set_permits(N)
+            assert await setup.countdown_latch("cancelled:latch").try_set_count(N)
+        assert not await client.lock("warm").is_locked()  # the connection is open
+        fault.start()
+        try:
+
+            async def cancelled(i: int) -> tuple[float, str]:
+                call = asyncio.ensure_future(CANCELLED[kind](client, i))
+                await asyncio.sleep(0.05 + 0.015 * i)  # written, unanswered
+
+                async def cancel() -> str:
+                    call.cancel()
+                    try:
+                        await call
+                    except asyncio.CancelledError:
+                        return "cancelled"
+                    return "returned"
+
+                return await _ended_within(CLEANUP_TIMEOUT, cancel())
+
+            results = await asyncio.gather(*(cancelled(i) for i in range(N)))
+        finally:
+            fault.stop()
+        _assert_within(results)
+        assert {outcome for _, outcome in results} == {"'cancelled'"}, results
