@@ -26,7 +26,12 @@ import pytest
 import redis
 
 import aiolock
-from aiolock.testing import RedisServer, find_redis_server_binary, redis_server_version
+from aiolock.testing import (
+    ENV_TEST_REDIS_SERVER,
+    RedisServer,
+    find_redis_server_binary,
+    redis_server_version,
+)
 
 PEER = Path(__file__).with_name("redisson_peer.py")
 #: 2**53: every integer below it is exact in an IEEE double (JavaScript, JSON, Lua)
@@ -47,13 +52,20 @@ def _valkey() -> str | None:
 
 
 def _binaries() -> list[Any]:
-    """One server binary per version found here (Redis 6.2 and 7 on this machine)."""
+    """The server AIOLOCK_TEST_REDIS_SERVER names, or else one binary per version found here
+    (Redis 6.2 and 7, Valkey 8 from the test extra)."""
     seen: dict[str, Any] = {}
-    for binary in (
-        find_redis_server_binary(),
-        find_redis_server_binary(min_version=(7, 0, 0)),
-        _valkey(),
-    ):
+    chosen = os.environ.get(ENV_TEST_REDIS_SERVER, "").strip()
+    found = (
+        [find_redis_server_binary()]
+        if chosen
+        else [
+            find_redis_server_binary(),
+            find_redis_server_binary(min_version=(7, 0, 0)),
+            _valkey(),
+        ]
+    )
+    for binary in found:
         if binary is None or os.path.realpath(binary) in seen:
             continue
         version = redis_server_version(binary)
