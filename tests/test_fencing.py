@@ -245,9 +245,10 @@ def _redis6() -> str | None:
 @pytest.mark.skipif(_redis6() is None, reason="needs Redis < 7 (lua-replicate-commands)")
 async def test_verbatim_script_replication_is_switched_to_effects() -> None:
     """Redis 6.2 configured to replicate scripts verbatim (``lua-replicate-commands no``)
-    refuses writes after TIME unless the script asks for effects replication: the acquire
-    works there, and the replica's counter is the master's (it got the SET, not the script;
-    Redis 7 and Valkey always replicate effects)."""
+    refuses writes after TIME unless the script asks for effects replication: the fenced
+    lock works there, and the replica's counter is the master's (it got the SET, not the
+    script; Redis 7 and Valkey always replicate effects). So do the other scripts that read
+    the server's clock (the fair lock's, the permit semaphore's)."""
     binary = _redis6()
     with (
         RedisServer(["--lua-replicate-commands", "no"], binary=binary) as master,
@@ -261,6 +262,11 @@ async def test_verbatim_script_replication_is_switched_to_effects() -> None:
                 await asyncio.sleep(0.05)
         async with aiolock.from_url(master.url, **SLOW) as client:
             tokens = await take(client.fenced_lock("ledger"), 2)
+            async with client.fair_lock("fair"):
+                pass
+            permits = client.permit_expirable_semaphore("permits")
+            assert await permits.try_set_permits(1)
+            await permits.release(await permits.acquire(lease_time=10))
         with redis.Redis(*master.address, socket_timeout=10) as direct:
             assert direct.execute_command("WAIT", 1, 10_000) == 1
         assert counter(replica, "ledger") == counter(master, "ledger") == str(tokens[-1]).encode()
