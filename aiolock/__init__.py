@@ -6,6 +6,8 @@ from .client import from_url as from_url
 from .config import Config as Config
 from .default import alock as alock
 from .default import configure as configure
+from .default import lock_dependency as lock_dependency
+from .default import locked as locked
 from .errors import AioLockError as AioLockError
 from .errors import ClientClosedError as ClientClosedError
 from .errors import LockError as LockError
@@ -82,6 +84,8 @@ __all__ = [
     "alock",
     "configure",
     "from_url",
+    "lock_dependency",
+    "locked",
     "multi_lock",
     "red_lock",
 ]
