@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 import textwrap
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -479,6 +481,16 @@ async def test_aiolock_locked_uses_the_default_client_of_each_call(
     async with make_client().lock("default:1"):
         with pytest.raises(aiolock.LockTimeout):
             await _on_the_default_client(1)
+
+
+def test_aiolock_does_not_import_a_web_framework() -> None:
+    """FastAPI and Starlette are imported when a dependency is made, not with aiolock."""
+    code = (
+        "import sys, aiolock\n"
+        "loaded = {'fastapi', 'starlette', 'aiohttp'} & set(sys.modules)\n"
+        "assert not loaded, loaded"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 # -- typing ----------------------------------------------------------------------------------
