@@ -274,8 +274,9 @@ class AioLock:
 
         The lock is released when FastAPI runs the dependency's exit code: after the response
         has been sent (and its background tasks have run) with FastAPI's default,
-        ``Depends(..., scope="request")``; right after the endpoint returns, before the
-        response is sent, with ``Depends(..., scope="function")`` (FastAPI 0.121 and later).
+        ``Depends(..., scope="request")`` (FastAPI 0.118 and later; 0.110 to 0.117 run it
+        before the response is sent); right after the endpoint returns, before the response
+        is sent, with ``Depends(..., scope="function")`` (FastAPI 0.121 and later).
 
         FastAPI is imported when the dependency is made; aiolock does not require it.
         """
