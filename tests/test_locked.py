@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, assert_type
 
+import anyio
 import pytest
 
 import aiolock
@@ -331,6 +332,21 @@ async def test_a_timeout_around_a_guarded_call_is_still_that_timeout(
     assert not isinstance(info.value, aiolock.AioLockError)
     assert not await client.lock("outer-timeout").is_locked()
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_an_anyio_cancel_scope_around_a_guarded_call(client: aiolock.AioLock) -> None:
+    """anyio's level cancellation (Starlette and FastAPI cancel that way) ends the call and
+    releases the lock; the scope catches its own cancellation, not a LockLostError."""
+
+    @client.locked("anyio-scope")
+    async def job() -> None:
+        await asyncio.sleep(30)
+
+    with anyio.move_on_after(0.2) as scope:
+        await job()
+    assert scope.cancelled_caught
+    assert not await client.lock("anyio-scope").is_locked()
+    assert client.statistics().holds.get("held", 0) == 0
 
 
 async def test_a_cancel_from_outside_wins_over_a_loss_at_the_same_moment(
