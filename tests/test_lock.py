@@ -329,7 +329,16 @@ def test_public_api() -> None:
         for name in vars(aiolock)
         if (not name.startswith("_") and name[0].isupper())
         or name
-        in {"from_url", "configure", "alock", "locked", "lock_dependency", "multi_lock", "red_lock"}
+        in {
+            "from_url",
+            "configure",
+            "alock",
+            "aclose_default",
+            "locked",
+            "lock_dependency",
+            "multi_lock",
+            "red_lock",
+        }
     )
     for name in aiolock.__all__:
         assert getattr(aiolock, name).__module__.startswith("aiolock")
