@@ -28,7 +28,8 @@ def external_redis_url() -> str | None:
     """Return ``$AIOLOCK_TEST_REDIS_URL`` when it is set and not blank, else ``None``.
 
     When it is set, test fixtures use that server instead of launching one, and fixtures that
-    need to kill, pause or restart a server skip. Note that the fixtures FLUSHALL it.
+    need to kill, pause or restart a server skip. Note that the fixtures empty the URL's
+    database (FLUSHDB) before every test.
     """
     url = os.environ.get(ENV_TEST_REDIS_URL, "").strip()
     return url or None
