@@ -104,6 +104,17 @@ GRANTED = Attempt(True)
 
 
 @dataclass(frozen=True, slots=True)
+class GiveUp:
+    """What an acquisition that tried and got nothing sends when it ends (a fair lock's
+    waiter leaves the line), and for how many seconds it is sent again while it cannot be
+    known to have run: after that, what it would remove is gone on the server anyway. It
+    must be harmless when it runs twice."""
+
+    command: Command
+    retry_for: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Runtime:
     """What the loop works with: one client's transport, wait entries and holds."""
 
@@ -190,9 +201,11 @@ class Rule(ABC):
     def purge(self, owner: str) -> Command:
         """The command that removes every count of ``owner`` (idempotent)."""
 
-    def give_up(self, owner: str) -> Command | None:
+    def give_up(self, owner: str) -> GiveUp | None:
         """What an acquisition that tried and got nothing sends when it ends (a fair lock's
-        waiter leaves the queue); None: nothing. Sent in the background, never retried."""
+        waiter leaves the queue); None: nothing. Sent in the background, in the owner's turn
+        on its hold (its next acquisition waits for it), again and again for at most
+        ``retry_for`` seconds until it is known to have run."""
         return None
 
     def undo(self, owner: str, grant: Attempt) -> Command | None:
@@ -359,9 +372,18 @@ class _Op:
             try:
                 await finish(await outcome)
             except RedisOperationError as exc:
-                logger.warning("aiolock: settling %r in the background: %s", self.rule.name, exc)
+                logger.warning(
+                    "aiolock: %r: finding out in the background whether an acquire whose reply "
+                    "was lost took it: %s",
+                    self.rule.name,
+                    exc,
+                )
             except Exception:
-                logger.exception("aiolock: settling %r in the background failed", self.rule.name)
+                logger.exception(
+                    "aiolock: %r: finding out in the background whether an acquire whose reply "
+                    "was lost took it failed",
+                    self.rule.name,
+                )
             finally:
                 self.owns_turn = had_turn
                 self.end()
@@ -673,7 +695,7 @@ async def _acquire(
             rt.pubsub.release(entry)
     finally:
         if tried and not granted and not op.handed_over:
-            _give_up(rt, rule, op.field)
+            _give_up(op)
         if op.owns_turn:
             op.end()
         elif hold is not None and not op.handed_over:
@@ -700,11 +722,54 @@ async def _subscribe(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _give_up(rt: Runtime, rule: Rule, owner: str) -> None:
-    """Tell the server an acquisition ended without a grant, in the background."""
-    cmd = rule.give_up(owner)
-    if cmd is not None and not rt.pubsub.closed:
-        rt.spawn(_best_effort(rt, rule, cmd))
+def _give_up(op: _Op) -> None:
+    """Tell the server an acquisition ended without a grant, in the background and in the
+    owner's turn (so that its next acquisition cannot be overtaken by it)."""
+    rt, rule = op.rt, op.rule
+    give_up = rule.give_up(op.field)
+    if give_up is None or rt.pubsub.closed:
+        return
+
+    async def send(_: Any) -> None:
+        await _send_give_up(rt, rule, give_up)
+
+    if op.owns_turn:
+        op.hand_over(_ready(None), send)
+    else:
+        rt.spawn(send(None))
+
+
+#: error replies that say "not now" (nothing ran): a give-up refused so is sent again
+_BUSY_CODES = frozenset({"BUSY", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN"})
+
+
+async def _send_give_up(rt: Runtime, rule: Rule, give_up: GiveUp) -> None:
+    """Send a give-up until it is known to have run (a reply), or for ``retry_for``: a
+    give-up lost with its link, or refused for now (a server loading, a failover), would
+    otherwise leave its waiter in line."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + give_up.retry_for
+    delay = rt.config.reconnect_delay
+    while True:
+        reply: object
+        try:
+            reply = await command(rt, rule.key, give_up.command, None)
+        except NotSent as error:
+            reply = error
+        if isinstance(reply, ErrorReply) and reply.code not in _BUSY_CODES:
+            logger.warning("aiolock: %r: a waiter could not leave the line: %s", rule.name, reply)
+            return
+        if not isinstance(reply, OutcomeUnknown | ErrorReply | NotSent):
+            return
+        if loop.time() + delay > until or rt.transport.closed:
+            logger.debug("aiolock: %r: a give-up was not confirmed: %s", rule.name, reply)
+            return
+        if isinstance(reply, OutcomeUnknown):
+            # Fence its link first (when that can be done in time): the lost one then cannot
+            # run later, after the owner's next acquisition joined the line again.
+            await _fence_until(rt, reply, until)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, rt.config.reconnect_max_delay)
 
 
 async def _best_effort(rt: Runtime, rule: Rule, cmd: Command) -> None:
@@ -823,7 +888,12 @@ async def _roll_back(op: _Op, grant: Attempt, before: int, lease_ms: int) -> Non
             except NotSent:
                 reply = None
             if isinstance(reply, OutcomeUnknown | ErrorReply | None):
-                logger.warning("aiolock: giving back an unacknowledged grant of %r", rule.name)
+                logger.warning(
+                    "aiolock: %r: releasing a hold that no replica acknowledged (replica_acks) "
+                    "failed (%s); it expires with its lease",
+                    rule.name,
+                    "not sent" if reply is None else reply,
+                )
         return
     if not before:
         await purge(rt, rule, owner, lease_ms)  # nothing else of the owner's is there
@@ -879,7 +949,11 @@ async def _undo_attempt(
             # It may still run: remove what the owner has (an outer hold of the owner can no
             # longer be trusted either); a grant arriving later expires unrenewed.
             if hold is None:
-                logger.warning("aiolock: could not settle a lost attempt on %r", rule.name)
+                logger.warning(
+                    "aiolock: %r: could not find out whether an acquire whose reply was lost "
+                    "took it; if it did, the hold expires with its lease",
+                    rule.name,
+                )
             elif hold.count:
                 rt.leases.lose(hold, "the reply of a nested acquire was lost")
             else:
@@ -893,9 +967,9 @@ async def _undo_attempt(
     else:
         result = rule.parse(value)
     if not result.granted:
-        cmd = rule.give_up(owner)
-        if cmd is not None:
-            await _best_effort(rt, rule, cmd)
+        give_up = rule.give_up(owner)
+        if give_up is not None:
+            await _send_give_up(rt, rule, give_up)
     elif hold is None:
         cmd = rule.undo(owner, result)
         if cmd is not None:

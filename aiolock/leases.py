@@ -128,10 +128,10 @@ class Owner:
 
 class SingleUseOwner(Owner):
     """An owner whose id names one hold only and is never used again: a permit of a
-    permit-expirable semaphore, whose id is the permit id (the task, if any, is the one the
-    permit belongs to). No later hold can share its id, so a request of it that could not
-    be fenced never needs another id (:meth:`Leases.taint` leaves it alone: the scripts take
-    the permit id itself), and once it holds nothing its task stops watching it."""
+    permit-expirable semaphore, whose id is the permit id (and which belongs to no task).
+    No later hold can share its id, so a request of it that could not be fenced never needs
+    another id (:meth:`Leases.taint` leaves it alone: the scripts take the permit id itself),
+    and once it holds nothing a task it was given stops watching it."""
 
     __slots__ = ()
 
@@ -324,9 +324,12 @@ class Leases:
         fresh = f"{self._client_id}:{new_id()}"
         self._fields.setdefault(hold.owner.id, {})[hold.name] = fresh
         logger.warning(
-            "aiolock: a request about %r could not be fenced; %s holds it as %s from now on",
+            "aiolock: the reply to a request about %r was lost and its connection could not "
+            "be closed, so that request may still reach Redis late; owner %s takes %r under "
+            "the new owner id %s from now on, which the late request cannot touch",
             hold.name,
             hold.owner.id,
+            hold.name,
             fresh,
         )
 
@@ -584,7 +587,7 @@ class Leases:
             try:
                 await cleanup(hold)
             except Exception:
-                logger.exception("aiolock: cleaning up lock %r failed", hold.name)
+                logger.exception("aiolock: releasing lock %r in the background failed", hold.name)
 
         def done(_: asyncio.Task[None]) -> None:
             # whether it ran, failed, or was cancelled before it could (the client closing)

@@ -43,6 +43,7 @@ from ..keys import token_key as token_key
 # The names are aiolock.keys's (one place), read backwards here.
 fair_queue = keys.fair_queue_key
 fair_timeout = keys.fair_timeout_key
+fair_alive = keys.fair_alive_key
 permit_timeout = keys.permit_timeouts_key
 
 LOCK_CHANNEL = keys.LOCK_CHANNEL_PREFIX
@@ -58,11 +59,10 @@ RWLOCK_HOLD_TIMEOUT = ":rwlock_timeout:"
 NO_LEASE_SCORE = keys.NON_EXPIRABLE_SCORE
 """A permit-expirable semaphore's expiry score for a permit taken without a lease."""
 
-OWNER = re.compile(
-    r"(?P<owner>[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-    r":[0-9]+)(?P<write>:write)?"
-)
-"""A hash field of a lock: ``<client uuid>:<thread or task id>``, ``:write`` for a writer."""
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+OWNER = re.compile(rf"(?P<owner>{_UUID}:(?:[0-9]+|{_UUID}))(?P<write>:write)?")
+"""A hash field of a lock: ``<client uuid>:<thread or task id>`` (node-redisson: a uuid for
+the thread id), ``:write`` for a writer."""
 
 
 def fair_waiter_channel(name: str, owner: str) -> str:
