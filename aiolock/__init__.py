@@ -4,6 +4,7 @@ from .client import AioLock as AioLock
 from .client import ClientStatistics as ClientStatistics
 from .client import from_url as from_url
 from .config import Config as Config
+from .default import aclose_default as aclose_default
 from .default import alock as alock
 from .default import configure as configure
 from .errors import AioLockError as AioLockError
@@ -79,6 +80,7 @@ __all__ = [
     "SubscriptionError",
     "WriteLock",
     "WrongEventLoopError",
+    "aclose_default",
     "alock",
     "configure",
     "from_url",

@@ -359,9 +359,18 @@ class _Op:
             try:
                 await finish(await outcome)
             except RedisOperationError as exc:
-                logger.warning("aiolock: settling %r in the background: %s", self.rule.name, exc)
+                logger.warning(
+                    "aiolock: %r: finding out in the background whether an acquire whose reply "
+                    "was lost took it: %s",
+                    self.rule.name,
+                    exc,
+                )
             except Exception:
-                logger.exception("aiolock: settling %r in the background failed", self.rule.name)
+                logger.exception(
+                    "aiolock: %r: finding out in the background whether an acquire whose reply "
+                    "was lost took it failed",
+                    self.rule.name,
+                )
             finally:
                 self.owns_turn = had_turn
                 self.end()
@@ -823,7 +832,12 @@ async def _roll_back(op: _Op, grant: Attempt, before: int, lease_ms: int) -> Non
             except NotSent:
                 reply = None
             if isinstance(reply, OutcomeUnknown | ErrorReply | None):
-                logger.warning("aiolock: giving back an unacknowledged grant of %r", rule.name)
+                logger.warning(
+                    "aiolock: %r: releasing a hold that no replica acknowledged (replica_acks) "
+                    "failed (%s); it expires with its lease",
+                    rule.name,
+                    "not sent" if reply is None else reply,
+                )
         return
     if not before:
         await purge(rt, rule, owner, lease_ms)  # nothing else of the owner's is there
@@ -879,7 +893,11 @@ async def _undo_attempt(
             # It may still run: remove what the owner has (an outer hold of the owner can no
             # longer be trusted either); a grant arriving later expires unrenewed.
             if hold is None:
-                logger.warning("aiolock: could not settle a lost attempt on %r", rule.name)
+                logger.warning(
+                    "aiolock: %r: could not find out whether an acquire whose reply was lost "
+                    "took it; if it did, the hold expires with its lease",
+                    rule.name,
+                )
             elif hold.count:
                 rt.leases.lose(hold, "the reply of a nested acquire was lost")
             else:

@@ -41,6 +41,21 @@ def configure(url_or_client: str | AioLock, **config_overrides: Any) -> None:
     _per_loop.clear()
 
 
+async def aclose_default() -> None:
+    """Close the default client that :func:`alock` made for the running event loop.
+
+    Call it before the loop ends (at the end of ``main()``, in a web app's shutdown hook):
+    its holds are released, waiters raise :class:`~aiolock.ClientClosedError`, and its
+    connections are closed. Safe to call twice, or when no default client was made; the next
+    :func:`alock` on this loop makes a new one. A client given to :func:`configure` is the
+    caller's and is not closed here: close it with ``await client.aclose()``.
+    """
+    loop = asyncio.get_running_loop()
+    client = _per_loop.pop(loop, None)
+    if client is not None:
+        await client.aclose()
+
+
 def environment_url() -> str:
     """The default URL when none is configured: ``AIOLOCK_URL``, ``REDIS_URL``, or
     ``redis://localhost:6379/0``."""

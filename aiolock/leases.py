@@ -328,9 +328,12 @@ class Leases:
         fresh = f"{self._client_id}:{new_id()}"
         self._fields.setdefault(hold.owner.id, {})[hold.name] = fresh
         logger.warning(
-            "aiolock: a request about %r could not be fenced; %s holds it as %s from now on",
+            "aiolock: the reply to a request about %r was lost and its connection could not "
+            "be closed, so that request may still reach Redis late; owner %s takes %r under "
+            "the new owner id %s from now on, which the late request cannot touch",
             hold.name,
             hold.owner.id,
+            hold.name,
             fresh,
         )
 
@@ -592,7 +595,7 @@ class Leases:
             try:
                 await cleanup(hold)
             except Exception:
-                logger.exception("aiolock: cleaning up lock %r failed", hold.name)
+                logger.exception("aiolock: releasing lock %r in the background failed", hold.name)
 
         def done(_: asyncio.Task[None]) -> None:
             # whether it ran, failed, or was cancelled before it could (the client closing)

@@ -486,7 +486,12 @@ class MultiLock:
         for member, error in results.items():
             if error is not None:
                 logger.debug(
-                    "aiolock: %s %r: releasing %r: %s", self._kind, self.name, member, error
+                    "aiolock: %s %r: releasing %r on %s failed: %s",
+                    self._kind,
+                    self.name,
+                    member.lock.name,
+                    "{}/{}".format(*member.server),
+                    error,
                 )
         if len(released) >= quorum:
             return

@@ -265,8 +265,8 @@ async def _settle_later(
     while not await rt.transport.fence(lost, None):
         if lost.link is None or lost.link.client_id is None or loop.time() + delay > until:
             logger.warning(
-                "aiolock: %s: the reply was lost and its connection could not be fenced; "
-                "whether it ran stays unknown",
+                "aiolock: %s: the reply was lost and its connection could not be closed in "
+                "time, so whether the command ran stays unknown",
                 what,
             )
             return
@@ -276,4 +276,6 @@ async def _settle_later(
         if await settle(sent_at) is NOT_RUN:
             await _run(rt, key, cmd, settle, what, None, 0.0)
     except RedisOperationError as exc:
-        logger.warning("aiolock: %s: settling in the background failed: %s", what, exc)
+        logger.warning(
+            "aiolock: %s: finding out in the background whether it ran failed: %s", what, exc
+        )

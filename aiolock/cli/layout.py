@@ -58,11 +58,10 @@ RWLOCK_HOLD_TIMEOUT = ":rwlock_timeout:"
 NO_LEASE_SCORE = keys.NON_EXPIRABLE_SCORE
 """A permit-expirable semaphore's expiry score for a permit taken without a lease."""
 
-OWNER = re.compile(
-    r"(?P<owner>[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-    r":[0-9]+)(?P<write>:write)?"
-)
-"""A hash field of a lock: ``<client uuid>:<thread or task id>``, ``:write`` for a writer."""
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+OWNER = re.compile(rf"(?P<owner>{_UUID}:(?:[0-9]+|{_UUID}))(?P<write>:write)?")
+"""A hash field of a lock: ``<client uuid>:<thread or task id>`` (node-redisson: a uuid for
+the thread id), ``:write`` for a writer."""
 
 
 def fair_waiter_channel(name: str, owner: str) -> str:

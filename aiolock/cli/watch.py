@@ -1,31 +1,72 @@
 """``aiolock watch NAME``: a lock's holder changes and hand-offs, live, one line each.
 
-It subscribes to the lock's channels (``redisson_lock__channel:{N}``, its fair waiters'
-``redisson_lock__channel:{N}:*`` and ``redisson_rwlock:{N}``) and reads the lock every
-``--interval`` seconds and at once after each message, printing a timestamped line for every
-change it sees: acquired, released (with or without an unlock message: without one, the lease
-ran out or the key was deleted), handed off from one owner to another, hold counts, read/write
-mode, fair-queue arrivals and departures. Changes that start and end between two reads are not
-seen; the unlock messages are. Ctrl-C (or ``--duration``) ends it.
+Driven by what the server tells, not by polling:
+
+* the lock's channels (``redisson_lock__channel:{N}``, its fair waiters'
+  ``redisson_lock__channel:{N}:*`` and ``redisson_rwlock:{N}``): every unlock message;
+* where the server has them on (``notify-keyspace-events`` with ``K`` and the classes
+  ``g``, ``h``, ``x``; ``--keyspace-events`` turns them on for the watch and restores the
+  setting after), the keyspace events of the lock's keys: every acquisition, count change,
+  release, expiry and fair-queue change.
+
+Each notification makes the watch read the lock (one MULTI/EXEC) and print what changed:
+acquired, released (with an unlock message, or without one: the lease ran out or the key was
+deleted), handed off, hold counts, read/write mode, fair-queue arrivals and departures. The
+read publishes a marker on a channel of the watch's own in the same transaction, so every
+notification is counted against the read that saw its change: a hold that begins and ends
+between two reads is not lost but counted (``unseen``: with keyspace events every release,
+without them the unlock messages of a lock or fenced lock). A slow poll (``--interval``)
+and a read when the holder's lease is due to run out are the fallback for what sends
+nothing (a lease running out without keyspace events).
+
+The watch subscribes with PSUBSCRIBE only, so ``PUBSUB NUMSUB`` (``aiolock inspect``'s
+WAITING) does not count it as a waiter. Ctrl-C (or ``--duration``) ends it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import redis
+from redis.exceptions import RedisError
 
 from . import inspect, layout
-from .common import OK, clock, connect, report_errors, resolve_url, seconds, url_parent
+from .common import (
+    OK,
+    CliError,
+    clock,
+    connect,
+    decode,
+    report_errors,
+    resolve_url,
+    seconds,
+    url_parent,
+)
 
 HANDOFF_WINDOW = 1.0
 """Seconds after a release in which a new holder counts as a hand-off."""
+POLL_INTERVAL = 0.5
+"""Seconds between reads without keyspace events (acquisitions send no message then)."""
+FALLBACK_INTERVAL = 5.0
+"""Seconds between reads with keyspace events (every change is notified then)."""
+MARKER_TIMEOUT = 10.0
+"""Seconds a read's marker may take to come back on the watch's subscription."""
+KEYSPACE_NEEDED = "Kghx"
+"""``notify-keyspace-events`` classes the watch needs: keyspace channel, generic (DEL,
+PEXPIRE), hash, expired. ``e`` (evicted), ``l`` and ``z`` (a fair lock's queue) help."""
+KEYSPACE_WANTED = "Kghxelz"
+ALL_CLASSES = "g$lshzxetd"
+"""What the class alias ``A`` stands for."""
+ENDS = ("del", "expired", "evicted")
+"""Keyspace events that end every hold of the lock at once."""
 
 Event = dict[str, Any]
 HoldKey = tuple[str, str | None]
@@ -45,9 +86,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--interval",
         type=float,
-        default=0.5,
-        help="seconds between reads of the lock (default: %(default)s); each message on its "
-        "channels also triggers one",
+        help=f"seconds between reads of the lock when nothing is notified (default: "
+        f"{FALLBACK_INTERVAL:g} with keyspace events, else {POLL_INTERVAL:g}); every unlock "
+        "message and keyspace event triggers one at once",
+    )
+    parser.add_argument(
+        "--keyspace-events",
+        action="store_true",
+        help="turn on the keyspace events the watch needs (CONFIG SET notify-keyspace-events, "
+        f"adding {KEYSPACE_WANTED} to what is set) and restore the setting when it ends; "
+        "without this flag the server's configuration is never changed",
     )
     parser.add_argument(
         "--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)"
@@ -58,15 +106,28 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     url = resolve_url(args.url)
-    if args.interval <= 0:
+    if args.interval is not None and args.interval <= 0:
         raise SystemExit("aiolock watch: --interval must be > 0")
     emit = _print_json if args.json else _print_text
+    restore: tuple[str, str] | None = None
 
     def body(stop: threading.Event, emit: Callable[[Event], None]) -> None:
         with connect(url) as client:
             watch(client, args.name, emit, interval=args.interval, stop=stop)
 
-    return report_errors(url, lambda: until_interrupted(body, emit, args.name, args.duration))
+    def run_watch() -> int:
+        nonlocal restore
+        if args.keyspace_events:
+            with connect(url) as client:
+                restore = enable_keyspace_events(client)
+        return until_interrupted(body, emit, args.name, args.duration)
+
+    try:
+        return report_errors(url, run_watch)
+    finally:
+        # Here, in the main thread: the watching thread is a daemon, left running at exit.
+        if restore is not None:
+            report_errors(url, lambda: restore_keyspace_events(url, restore))
 
 
 def until_interrupted(
@@ -125,56 +186,176 @@ def until_interrupted(
     return OK
 
 
+def keyspace_flags(client: redis.Redis) -> str | None:
+    """The server's ``notify-keyspace-events`` (None if CONFIG GET is refused, e.g. by ACL)."""
+    try:
+        reply = client.config_get("notify-keyspace-events")
+    except RedisError:
+        return None
+    value = reply.get("notify-keyspace-events")
+    return None if value is None else decode(value)
+
+
+def keyspace_covers(flags: str | None, classes: str = KEYSPACE_NEEDED) -> bool:
+    """Whether ``flags`` (a ``notify-keyspace-events`` value) includes every class."""
+    if flags is None:
+        return False
+    expanded = flags.replace("A", ALL_CLASSES)
+    return all(c in expanded for c in classes)
+
+
+def enable_keyspace_events(client: redis.Redis) -> tuple[str, str] | None:
+    """Turn on the keyspace events the watch wants (adding :data:`KEYSPACE_WANTED` to the
+    server's ``notify-keyspace-events``); return (the value set, the value before) to restore
+    later, or None if nothing needed changing."""
+    flags = keyspace_flags(client)
+    if keyspace_covers(flags, KEYSPACE_WANTED):
+        return None
+    if flags is None:
+        raise CliError("--keyspace-events: the server refused CONFIG GET notify-keyspace-events")
+    have = flags.replace("A", ALL_CLASSES)
+    client.config_set(
+        "notify-keyspace-events", flags + "".join(c for c in KEYSPACE_WANTED if c not in have)
+    )
+    return keyspace_flags(client) or "", flags
+
+
+def restore_keyspace_events(url: str, restore: tuple[str, str]) -> int:
+    """Put ``notify-keyspace-events`` back as it was, unless someone changed it since."""
+    with connect(url) as client:
+        if keyspace_flags(client) == restore[0]:
+            client.config_set("notify-keyspace-events", restore[1])
+    return OK
+
+
 def watch(
     client: redis.Redis,
     name: str,
     emit: Callable[[Event], None],
     *,
-    interval: float = 0.5,
+    interval: float | None = None,
     stop: threading.Event,
 ) -> None:
-    """Emit events about the lock ``name`` until ``stop`` is set."""
+    """Emit events about the lock ``name`` until ``stop`` is set.
+
+    Keyspace events are used when the server has them on (:func:`keyspace_covers`);
+    ``interval`` is the fallback poll (default :data:`FALLBACK_INTERVAL` with keyspace
+    events, :data:`POLL_INTERVAL` without).
+    """
+    _watch(client, name, emit, interval, stop, keyspace_covers(keyspace_flags(client)))
+
+
+Notification = tuple[str, str]
+"""(channel, message) of a pattern subscription's message."""
+
+
+def _watch(
+    client: redis.Redis,
+    name: str,
+    emit: Callable[[Event], None],
+    interval: float | None,
+    stop: threading.Event,
+    keyspace: bool,
+) -> None:
+    if interval is None:
+        interval = FALLBACK_INTERVAL if keyspace else POLL_INTERVAL
+    db = int(client.connection_pool.connection_kwargs.get("db") or 0)
+    marker = f"aiolock:watch:{uuid.uuid4().hex}"
+    main_events = f"__keyspace@{db}__:{name}"
+    # PSUBSCRIBE only: PUBSUB NUMSUB (inspect's WAITING) counts channel subscribers alone,
+    # so the watch is never taken for a waiter.
+    patterns = [
+        layout.escape_glob(layout.lock_channel(name)),
+        layout.escape_glob(layout.lock_channel(name)) + ":*",
+        layout.escape_glob(layout.rwlock_channel(name)),
+        layout.escape_glob(marker),
+    ]
+    if keyspace:
+        patterns += [
+            layout.escape_glob(f"__keyspace@{db}__:{key}")
+            for key in (name, layout.fair_queue(name), layout.fair_timeout(name))
+        ]
     pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     try:
-        pubsub.subscribe(layout.lock_channel(name), layout.rwlock_channel(name))
-        pubsub.psubscribe(layout.escape_glob(layout.lock_channel(name)) + ":*")
+        pubsub.psubscribe(*patterns)
         # Wait until the subscriptions are confirmed, so no message is missed from here on.
         confirmed = 0
-        while confirmed < 3:
-            reply = pubsub.parse_response(block=True, timeout=10)
+        while confirmed < len(patterns):
+            reply = pubsub.parse_response(block=True, timeout=MARKER_TIMEOUT)
             if reply is None:
-                raise TimeoutError("the subscriptions were not confirmed in 10 s")
+                raise TimeoutError(f"the subscriptions were not confirmed in {MARKER_TIMEOUT:g} s")
             confirmed += 1
-        tracker = _Tracker(name, emit)
-        tracker.start(inspect.lookup(client, name))
-        next_read = time.monotonic() + interval
+        reads = 0
+
+        def read() -> tuple[inspect.SyncObject | None, list[Notification]]:
+            """Read the lock; return it with the notifications of the changes it saw (all
+            received before the marker that the read published)."""
+            nonlocal reads
+            reads += 1
+            lock = inspect.lookup(client, name, publish=(marker, str(reads)))
+            batch: list[Notification] = []
+            deadline = time.monotonic() + MARKER_TIMEOUT
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"the watch's own marker message did not come back in {MARKER_TIMEOUT:g} s"
+                    )
+                message = pubsub.get_message(timeout=left)
+                if message is None or message["type"] != "pmessage":
+                    continue
+                channel, data = _text(message["channel"]), _text(message["data"])
+                if channel != marker:
+                    batch.append((channel, data))
+                elif data == str(reads):
+                    return lock, batch
+
+        tracker = _Tracker(name, emit, main_events if keyspace else None)
+        lock, _ = read()
+        tracker.start(lock, keyspace=keyspace, interval=interval)
+        next_read = tracker.next_read(interval)
         while not stop.is_set():
             message = pubsub.get_message(timeout=max(0.0, next_read - time.monotonic()))
-            if message is not None:
-                tracker.message(_text(message["channel"]), _text(message["data"]))
-            if message is not None or time.monotonic() >= next_read:
-                tracker.update(inspect.lookup(client, name))
-                next_read = time.monotonic() + interval
+            notified = message is not None and message["type"] == "pmessage"
+            if notified or time.monotonic() >= next_read:
+                batch = []
+                if message is not None and notified:
+                    batch.append((_text(message["channel"]), _text(message["data"])))
+                lock, more = read()
+                tracker.update(lock, batch + more)
+                next_read = tracker.next_read(interval)
     finally:
         pubsub.close()
 
 
 class _Tracker:
-    """Compares successive reads of one lock and emits what changed."""
+    """Compares successive reads of one lock and emits what changed.
 
-    def __init__(self, name: str, emit: Callable[[Event], None]) -> None:
+    Each read comes with the notifications sent before it (since the previous read). Every
+    release that ends the lock's hash is notified: a ``del``/``expired``/``evicted`` keyspace
+    event (with keyspace events), or an unlock message on the lock's channel (a lock or
+    fenced lock publishes one per release). Releases the reads explain (a holder seen before
+    is gone) are printed as such; the others were of holds that began and ended between two
+    reads, and are counted (``unseen``) rather than lost.
+    """
+
+    def __init__(self, name: str, emit: Callable[[Event], None], main_events: str | None) -> None:
         self.name = name
         self.emit = emit
+        self.main_events = main_events
+        self.lock_channel = layout.lock_channel(name)
+        self.type: str | None = None
         self.holds: dict[HoldKey, int] = {}
         self.mode: str | None = None
         self.queue: list[str] = []
-        self.message_seen = False
+        self.lease_ms: int | None = None
+        self.read_at = time.monotonic()
         self.released_at: float | None = None
 
     def _emit(self, event: str, **fields: Any) -> None:
         self.emit({"event": event, "name": self.name, "time": _now(), **fields})
 
-    def start(self, lock: inspect.SyncObject | None) -> None:
+    def start(self, lock: inspect.SyncObject | None, *, keyspace: bool, interval: float) -> None:
         self._take(lock)
         self._emit(
             "watching",
@@ -184,19 +365,43 @@ class _Tracker:
             mode=self.mode,
             queue=list(self.queue),
             waiting=0 if lock is None else lock.waiting,
+            keyspace_events=keyspace,
+            interval=interval,
         )
 
-    def message(self, channel: str, data: str) -> None:
-        self.message_seen = True
-        self._emit("message", channel=channel, data=data)
+    def next_read(self, interval: float) -> float:
+        """When to read again if nothing is notified: after ``interval``, or just after the
+        holder's lease runs out if that is sooner (without keyspace events it sends
+        nothing)."""
+        due = self.read_at + interval
+        if self.holds and self.lease_ms is not None and self.lease_ms >= 0:
+            due = min(due, self.read_at + self.lease_ms / 1000 + 0.05)
+        return due
 
-    def update(self, lock: inspect.SyncObject | None) -> None:
+    def update(self, lock: inspect.SyncObject | None, notified: list[Notification]) -> None:
+        messages = [(c, d) for c, d in notified if c != self.main_events]
+        events = [d for c, d in notified if c == self.main_events]
+        for channel, data in messages:
+            if not channel.startswith("__keyspace@"):
+                self._emit("message", channel=channel, data=data)
+        unlock_message = any(not c.startswith("__keyspace@") for c, _ in messages)
+        expired = any(e in ("expired", "evicted") for e in events)
+        if self.main_events is not None:
+            ends = sum(e in ENDS for e in events)
+        else:
+            ends = sum(c == self.lock_channel for c, _ in messages)
+
         before, before_mode, before_queue = self.holds, self.mode, self.queue
         self._take(lock)
         lease = None if lock is None else lock.lease_ms
         gone = [key for key in before if key not in self.holds]
         new = [key for key in self.holds if key not in before]
-        if len(gone) == 1 and len(new) == 1:
+        unseen = max(0, ends - (1 if gone else 0))
+        if self.type in (None, inspect.LOCK, inspect.FENCED_LOCK) or self.main_events:
+            if unseen:
+                how = "keyspace events" if self.main_events else "unlock messages"
+                self._emit("unseen", count=unseen, told_by=how)
+        if len(gone) == 1 and len(new) == 1 and not unseen:
             self._emit(
                 "handed_off",
                 **{"from": gone[0][0], "to": new[0][0]},
@@ -207,7 +412,13 @@ class _Tracker:
             self.released_at = None
         else:
             for key in gone:
-                self._emit("released", owner=key[0], mode=key[1], unlock_message=self.message_seen)
+                self._emit(
+                    "released",
+                    owner=key[0],
+                    mode=key[1],
+                    unlock_message=unlock_message,
+                    expired=expired,
+                )
                 self.released_at = time.monotonic()
             for key in new:
                 after = None
@@ -239,15 +450,17 @@ class _Tracker:
         for owner in before_queue:
             if owner not in self.queue:
                 self._emit("left_queue", owner=owner)
-        self.message_seen = False
 
     def _take(self, lock: inspect.SyncObject | None) -> None:
+        self.read_at = time.monotonic()
         if lock is None:
-            self.holds, self.mode, self.queue = {}, None, []
+            self.holds, self.mode, self.queue, self.lease_ms = {}, None, [], None
             return
+        self.type = lock.type
         self.holds = {(h.owner, h.mode): h.count for h in lock.holders}
         self.mode = lock.mode
         self.queue = [w.owner for w in lock.queue]
+        self.lease_ms = lock.lease_ms
 
 
 def _hold_json(key: HoldKey, count: int) -> dict[str, Any]:
@@ -287,6 +500,12 @@ def describe(event: Event) -> str:
             )
             state += f"; waiting: {event['waiting']}"
         return f"watching: {state} (Ctrl-C to stop)"
+    if kind == "unseen":
+        count = event["count"]
+        return (
+            f"{count} hold{'s' if count != 1 else ''} began and ended between two reads "
+            f"(told by {event['told_by']}; owner not seen)"
+        )
     if kind == "message":
         return f"message {event['data']!r} on {event['channel']}"
     if kind == "acquired":
@@ -296,10 +515,12 @@ def describe(event: Event) -> str:
             text += f" (hand-off: {event['after_release_ms']} ms after the release was seen)"
         return text
     if kind == "released":
-        how = (
-            "" if event["unlock_message"] else
-            " without an unlock message (the lease ran out, or the key was deleted)"
-        )  # fmt: skip
+        if event["unlock_message"]:
+            how = ""
+        elif event.get("expired"):
+            how = " without an unlock message: its lease ran out"
+        else:
+            how = " without an unlock message (the lease ran out, or the key was deleted)"
         return f"released by {_hold(event['owner'], event['mode'])}{how}"
     if kind == "handed_off":
         return (
@@ -322,3 +543,12 @@ def describe(event: Event) -> str:
 
 def _print_text(event: Event) -> None:
     print(f"{clock()}  {event['name']}  {describe(event)}", flush=True)
+    if event["event"] == "watching" and not event["keyspace_events"]:
+        print(
+            "aiolock watch: keyspace events are off on this server, so acquisitions show at "
+            f"the next read (every {event['interval']:g} s) or unlock message, and holds "
+            "shorter than that are counted from their unlock messages; --keyspace-events "
+            "turns them on for the watch.",
+            file=sys.stderr,
+            flush=True,
+        )

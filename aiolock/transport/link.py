@@ -314,6 +314,12 @@ class Link(asyncio.Protocol):
                     ssl=settings.ssl_context,
                     server_hostname=settings.host if settings.ssl_context else None,
                 )
+        except ssl.SSLCertVerificationError as exc:
+            raise NotSent(
+                f"TLS handshake with {settings.address} failed: the server's certificate was "
+                f"not verified ({exc.verify_message or exc}). Give the CA that signed it "
+                "(ssl_ca_certs=...), or ssl_cert_reqs='none' to skip verification"
+            ) from exc
         except ssl.SSLError as exc:
             raise NotSent(
                 f"TLS handshake with {settings.address} failed: {exc}. If the server does not "
@@ -448,7 +454,12 @@ class Link(asyncio.Protocol):
             while (reply := parser.gets()) is not False:
                 self._deliver(reply)
         except Exception as exc:  # a protocol error, a reply nobody asked for: drop the link
-            logger.warning("aiolock: dropping the connection to %s: %r", self.identity, exc)
+            logger.warning(
+                "aiolock: closing the connection to Redis at %s: it sent something "
+                "unexpected (%s); its requests fail and a new connection is opened",
+                self.identity.server,
+                exc,
+            )
             self.close(exc)
             return
         if self.readonly and not self._pending:

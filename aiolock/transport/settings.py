@@ -94,13 +94,33 @@ class ServerSettings:
         )
 
 
+def _cert_reqs(value: object) -> ssl.VerifyMode:
+    """redis-py's ``ssl_cert_reqs``: a VerifyMode, ``"none"``/``"optional"``/``"required"``,
+    or None (none)."""
+    if value is None:
+        return ssl.CERT_NONE
+    if isinstance(value, str):
+        try:
+            return _CERT_REQS[value.lower()]
+        except KeyError:
+            raise ValueError(
+                f"ssl_cert_reqs must be 'none', 'optional' or 'required', not {value!r}"
+            ) from None
+    if isinstance(value, int):
+        return ssl.VerifyMode(value)
+    raise TypeError(f"ssl_cert_reqs must be a str or an ssl.VerifyMode, not {value!r}")
+
+
 def _ssl_context(kwargs: dict[str, Any]) -> ssl.SSLContext:
     """An SSLContext from redis-py's ``ssl_*`` connection arguments, with its defaults
-    (certificate required, host name checked)."""
+    (certificate required, host name checked) and its rule: no host name check when no
+    certificate is asked for (``ssl_cert_reqs="none"``)."""
     context = ssl.create_default_context()
-    reqs = kwargs.get("ssl_cert_reqs", "required")
-    context.check_hostname = bool(kwargs.get("ssl_check_hostname", True))
-    context.verify_mode = _CERT_REQS[reqs] if isinstance(reqs, str) else reqs
+    reqs = _cert_reqs(kwargs.get("ssl_cert_reqs", "required"))
+    context.check_hostname = bool(kwargs.get("ssl_check_hostname", True)) and (
+        reqs != ssl.CERT_NONE
+    )
+    context.verify_mode = reqs
     for flag in kwargs.get("ssl_include_verify_flags") or ():
         context.verify_flags |= flag
     for flag in kwargs.get("ssl_exclude_verify_flags") or ():

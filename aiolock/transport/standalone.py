@@ -270,9 +270,10 @@ class StandaloneTransport(Transport):
             if not self._warned_fence:
                 self._warned_fence = True
                 logger.warning(
-                    "aiolock cannot fence lost requests (%s: %s): a lock script whose reply was "
-                    "lost is not sent again, and what it may have taken is released or expires",
-                    " ".join(map(str, command[:2])),
+                    "aiolock: Redis refused CLIENT KILL (%s), so aiolock cannot close a "
+                    "connection whose reply was lost: a lock script whose reply was lost is not "
+                    "sent again, and what it may have taken is released or expires. Allow "
+                    "+client|kill to this Redis user (see `aiolock acl`)",
                     reply,
                 )
             return False

@@ -168,7 +168,12 @@ class Subscriber:
         if self._closed:
             return
         self._dropped = True
-        logger.warning("aiolock pub/sub connection to %s lost: %r", link.identity.server, error)
+        logger.warning(
+            "aiolock: the pub/sub connection to Redis at %s was lost (%s); waiters re-check "
+            "their locks and it reconnects",
+            link.identity.server,
+            error or type(error).__name__,
+        )
         for entry in list(self._channels.values()):
             entry.listener.on_reset(False)
         if self._channels and self._connecting is None:
@@ -184,7 +189,7 @@ class Subscriber:
                 try:
                     await self._connector.connect(None)  # adopted: every channel subscribed
                 except NotSent as exc:
-                    logger.warning("aiolock pub/sub connection failed: %s", exc)
+                    logger.warning("aiolock: opening the pub/sub connection failed: %s", exc)
                     for entry in self._channels.values():
                         if not entry.confirmed.done():
                             entry.confirmed.set_exception(NotSent(str(exc)))
@@ -192,7 +197,7 @@ class Subscriber:
                     continue
                 return
         except Exception:  # never expected; a task of ours must not die silently
-            logger.exception("aiolock pub/sub connection loop failed")
+            logger.exception("aiolock: reconnecting the pub/sub connection failed")
         finally:
             self._connecting = None
 
