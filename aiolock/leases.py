@@ -46,12 +46,13 @@ that changed) and tells the registry (:meth:`Leases.server_changed`): every hold
 changed since it was last checked is checked on the new server at once, with the watchdog's
 own renewal scripts and batches (a hold with a ``lease_time`` is checked with what is left of
 its lease, which a check never lengthens). A hold absent there is lost now; the others are
-not touched. A reply to a command sent (``Call.epoch``) before the last change of its key's
-server came from the server that was (a deposed master, a node that no longer serves the
-slot, a run that is gone): a grant in it is no grant, a renewal in it confirms nothing, and
-a release confirmed by it, or settled on the new server, cannot tell a released hold from one
-the change wiped, so it is reported lost. A nested grant onto a hold not checked again since
-the change is lost too: the acquire may have recreated the hold it claims to re-enter.
+not touched. A reply to a command sent (``Call.epoch``) before a change that may have lost
+writes (``Transport.loss_epoch_of``: a failover, a restart; a slot migration moves the keys
+whole) came from the server that was (a deposed master, a run that is gone): a grant in it is
+no grant, a renewal in it confirms nothing, and a release confirmed by it, or settled on the
+new server, cannot tell a released hold from one the change wiped, so it is reported lost. A
+nested grant onto a hold not checked again since its server changed is lost too: the acquire
+may have recreated the hold it claims to re-enter.
 """
 
 from __future__ import annotations
@@ -408,8 +409,7 @@ class Leases:
         ``check`` is how the hold is checked after a server change (every hold has one)."""
         first = hold.count == 0
         if epoch is not None:
-            changed = self.epoch_of(hold)
-            if epoch < changed or (not first and hold.epoch < changed):
+            if self.stale(hold, epoch) or (not first and hold.epoch < self.epoch_of(hold)):
                 if not first and hold.state is HoldState.HELD:
                     self.lose(
                         hold,
@@ -483,7 +483,7 @@ class Leases:
     ) -> LockLostError | None:
         """A release of one of several counts was confirmed (the script extended the lease
         to the hold's lease); see :meth:`released` for ``epoch`` and what is returned."""
-        if hold.state is HoldState.LOST or (epoch is not None and epoch < self.epoch_of(hold)):
+        if hold.state is HoldState.LOST or (epoch is not None and self.stale(hold, epoch)):
             return self.released(hold, epoch)
         hold.count -= 1
         self._confirm(hold, sent_at, hold.lease_ms)
@@ -501,7 +501,7 @@ class Leases:
         may never have had, and an outcome settled on a restarted server cannot tell a
         released hold from one the restart wiped. The hold is then lost instead, this unlock
         using one of its counts, and the error to raise is returned."""
-        if epoch is not None and epoch < self.epoch_of(hold):
+        if epoch is not None and self.stale(hold, epoch):
             return self.lose(
                 hold, f"{self.change_of(hold)}, before its release was confirmed there", used=1
             )
@@ -631,8 +631,15 @@ class Leases:
         return self._transport.epoch
 
     def epoch_of(self, hold: Hold) -> int:
-        """The epoch of the last change of the server serving ``hold``'s object."""
+        """The epoch of the last change of the server serving ``hold``'s object: a hold
+        last granted or checked before it is to be checked there."""
         return self._transport.epoch_of(hold.name)
+
+    def stale(self, hold: Hold, epoch: int) -> bool:
+        """Whether a reply about ``hold``'s object to a command sent in ``epoch`` came from a
+        server whose writes may be gone where the object is served now (a failover, a
+        restart: not a slot migration, which moves the keys whole)."""
+        return epoch < self._transport.loss_epoch_of(hold.name)
 
     def change_of(self, hold: Hold) -> str:
         """What the last change of the server serving ``hold``'s object was, in words."""
@@ -891,7 +898,7 @@ class Watchdog:
                 await asyncio.gather(*(self._renew(script, group) for group in slots.values()))
                 return
         # the reply of a server that is not the one serving them now
-        stale = any(epoch < leases.epoch_of(hold) for hold in holds)
+        stale = any(leases.stale(hold, epoch) for hold in holds)
         if isinstance(replies, ErrorReply | OutcomeUnknown | Exception) or stale:
             if not stale:
                 self._warn(

@@ -47,11 +47,11 @@ class Watcher(Protocol):
         """A server behind the links is another one now: the Sentinels named another master,
         a cluster's slots are served by another node (a failover, a slot migration), or a
         new link found another ``run_id`` (the server restarted, empty unless it persists).
-        What was written there before may be gone; replies to commands sent there before
-        came from the server that was. Which keys it concerns: those whose
-        :meth:`Transport.epoch_of` is now :attr:`Transport.epoch` (every key, on one
-        server). Called once per change, after the transport counted it in
-        :attr:`Transport.epoch`, and before any command is sent to the new server."""
+        Which keys it concerns: those whose :meth:`Transport.epoch_of` is now
+        :attr:`Transport.epoch` (every key, on one server); whether what was written there
+        may be gone: :meth:`Transport.loss_epoch_of`. Called once per change, after the
+        transport counted it in :attr:`Transport.epoch`, and before any command is sent to
+        the new server."""
 
     def needs_server(self) -> bool:
         """Whether a lost command link should be opened again at once, to learn whether
@@ -73,10 +73,17 @@ class Transport(ABC):
         self._watchers = (*self._watchers, watcher)
 
     def epoch_of(self, key: str) -> int:
-        """The epoch in which the server serving ``key`` last changed (0: never). A reply to
-        a command about ``key`` sent in an earlier epoch (``Call.epoch`` below this) came from
-        a server that is not the one serving it now. On one server, every key's is
+        """The epoch in which the server serving ``key`` last changed (0: never): what was
+        written about ``key`` before is to be checked there. On one server, every key's is
         :attr:`epoch`; on a cluster, the epoch of the last change of the key's hash slot."""
+        return self.epoch
+
+    def loss_epoch_of(self, key: str) -> int:
+        """The epoch of the last change of the server serving ``key`` that may have lost
+        what was written about it (a master that was a replica, a restart; on a cluster not
+        a slot migration, which moves the keys whole). A reply to a command about ``key``
+        sent before it (``Call.epoch`` below this) came from a server whose writes may not
+        be where ``key`` is served now. On one server, every change is such a change."""
         return self.epoch
 
     def _tell(self, why: str) -> None:

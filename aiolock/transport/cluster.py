@@ -192,8 +192,10 @@ class ClusterTransport(Transport):
         self._closed = False
         #: slot -> the master serving it, as last told (``host:port``; see _check_map)
         self._owners: dict[int, str] = {}
-        #: slot -> the epoch of its latest change (see Transport.epoch_of)
+        #: slot -> the epoch of its latest change (see Transport.epoch_of), and of its
+        #: latest change that may have lost writes (Transport.loss_epoch_of)
         self._epochs: dict[int, int] = {}
+        self._loss_epochs: dict[int, int] = {}
         #: node name -> the task opening its command link again (see _link_closed)
         self._reopening: dict[str, asyncio.Task[None]] = {}
         self._watching: asyncio.Task[None] | None = None
@@ -298,11 +300,18 @@ class ClusterTransport(Transport):
     def epoch_of(self, key: str) -> int:
         return self._epochs.get(key_slot(key), 0)
 
+    def loss_epoch_of(self, key: str) -> int:
+        return self._loss_epochs.get(key_slot(key), 0)
+
     def _check_map(self, moved: dict[int, str] | None = None) -> None:
         """Compare redis-py's slot map with the masters last told, and tell a change for
-        every slot whose master is another node now (a failover, a slot migration); with
-        ``moved`` (slot -> node, from a ``MOVED``), those slots too, whatever the map says.
-        The first call only takes note of the map."""
+        every slot whose master is another node now; with ``moved`` (slot -> node, from a
+        ``MOVED``), those slots too, whatever the map says. The first call only takes note.
+
+        A slot whose new master already served slots as a master was migrated: its keys
+        moved whole (``MIGRATE``), so replies from the node before are still good; one whose
+        new master was not a master before is a failover to a replica, which may lack the
+        latest writes (see :meth:`Transport.loss_epoch_of`)."""
         owners = self._owners
         first = not owners
         changes: dict[int, str] = {}
@@ -316,19 +325,26 @@ class ClusterTransport(Transport):
             return
         if not changes:
             return
+        masters = set(owners.values())
         pairs: dict[tuple[str, str], list[int]] = {}
         for slot, name in changes.items():
             before = owners.get(slot)
             owners[slot] = name
             if before is not None:  # a slot served for the first time changes nothing
                 pairs.setdefault((before, name), []).append(slot)
-        if pairs:
-            why = "; ".join(
-                f"{_slots(sorted(slots))} moved from {before} to {now} (a failover or a "
-                "slot migration)"
+        for lossy in (True, False):
+            told = {
+                (before, now): slots
                 for (before, now), slots in pairs.items()
-            )
-            self._changed({slot for slots in pairs.values() for slot in slots}, why)
+                if (now not in masters) is lossy
+            }
+            if told:
+                how = "a failover" if lossy else "migrated"
+                why = "; ".join(
+                    f"{_slots(sorted(slots))} moved from {before} to {now} ({how})"
+                    for (before, now), slots in told.items()
+                )
+                self._changed({slot for slots in told.values() for slot in slots}, why, lossy)
 
     def _opened(self, node: _Node, link: Link) -> None:
         """A command link to ``node`` opened (before anything is sent on it): if the node
@@ -342,15 +358,18 @@ class ClusterTransport(Transport):
         slots = {slot for slot, owner in self._owners.items() if owner == node.name}
         if slots:
             why = f"{node.name} restarted (another run_id), serving {_slots(sorted(slots))}"
-            self._changed(slots, why)
+            self._changed(slots, why, lossy=True)
 
-    def _changed(self, slots: set[int], why: str) -> None:
-        """The master of ``slots`` is another server now: a new epoch for them, told to the
-        watchers (the holds there are checked at once), and their waiters woken to re-check
-        there (no unlock message may ever come for a hold that the change wiped)."""
+    def _changed(self, slots: set[int], why: str, lossy: bool) -> None:
+        """The master of ``slots`` is another server now (which may lack what was written
+        there if ``lossy``): a new epoch for them, told to the watchers (the holds there are
+        checked at once), and their waiters woken to re-check there (no unlock message may
+        ever come for a hold that the change wiped)."""
         epoch = self.epoch + 1
         for slot in slots:
             self._epochs[slot] = epoch
+            if lossy:
+                self._loss_epochs[slot] = epoch
         logger.warning("aiolock: Redis Cluster: %s; the holds there are checked now", why)
         self._tell(why)
         for routed in list(self._routed.values()):
