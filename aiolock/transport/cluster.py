@@ -27,6 +27,16 @@ for ``CLIENT KILL`` counts as fenced once the reloaded slot map shows that it se
 any more: whatever its lost requests did afterwards can never reach the master that serves
 those slots now (a master that lost its slots to a promoted replica stops replicating to it).
 
+Server changes (told to the watchers, :meth:`Transport.watch`, per slot: see
+:meth:`Transport.epoch_of`): the master of a slot is another node in redis-py's map (compared
+after every reload and ``MOVED``, and before any command goes to a master not told yet), or a
+node's command link finds another ``run_id`` (it restarted, empty unless it persists). The map
+is reloaded once a second while anything is held, waited on or in flight; a node's command
+link lost while anything is held is opened again at once, while the node serves slots. A new
+master that served no slot before is a failover (the replica may lack the latest writes:
+replies from before are not trusted, :meth:`Transport.loss_epoch_of`); one that did is a
+migration (the keys moved whole: they are). Either way the waiters of those slots are woken.
+
 Pub/sub: each channel is subscribed on the master of its routing key's slot (classic
 ``SUBSCRIBE`` reaches every node, so a subscription stays valid when the slot moves while
 the node lives). When a node's pub/sub connection is lost, its channels are moved to the
