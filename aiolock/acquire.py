@@ -104,6 +104,17 @@ GRANTED = Attempt(True)
 
 
 @dataclass(frozen=True, slots=True)
+class GiveUp:
+    """What an acquisition that tried and got nothing sends when it ends (a fair lock's
+    waiter leaves the line), and for how many seconds it is sent again while it cannot be
+    known to have run: after that, what it would remove is gone on the server anyway. It
+    must be harmless when it runs twice."""
+
+    command: Command
+    retry_for: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Runtime:
     """What the loop works with: one client's transport, wait entries and holds."""
 
@@ -190,9 +201,11 @@ class Rule(ABC):
     def purge(self, owner: str) -> Command:
         """The command that removes every count of ``owner`` (idempotent)."""
 
-    def give_up(self, owner: str) -> Command | None:
+    def give_up(self, owner: str) -> GiveUp | None:
         """What an acquisition that tried and got nothing sends when it ends (a fair lock's
-        waiter leaves the queue); None: nothing. Sent in the background, never retried."""
+        waiter leaves the queue); None: nothing. Sent in the background, in the owner's turn
+        on its hold (its next acquisition waits for it), again and again for at most
+        ``retry_for`` seconds until it is known to have run."""
         return None
 
     def undo(self, owner: str, grant: Attempt) -> Command | None:
@@ -682,7 +695,7 @@ async def _acquire(
             rt.pubsub.release(entry)
     finally:
         if tried and not granted and not op.handed_over:
-            _give_up(rt, rule, op.field)
+            _give_up(op)
         if op.owns_turn:
             op.end()
         elif hold is not None and not op.handed_over:
@@ -709,11 +722,54 @@ async def _subscribe(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _give_up(rt: Runtime, rule: Rule, owner: str) -> None:
-    """Tell the server an acquisition ended without a grant, in the background."""
-    cmd = rule.give_up(owner)
-    if cmd is not None and not rt.pubsub.closed:
-        rt.spawn(_best_effort(rt, rule, cmd))
+def _give_up(op: _Op) -> None:
+    """Tell the server an acquisition ended without a grant, in the background and in the
+    owner's turn (so that its next acquisition cannot be overtaken by it)."""
+    rt, rule = op.rt, op.rule
+    give_up = rule.give_up(op.field)
+    if give_up is None or rt.pubsub.closed:
+        return
+
+    async def send(_: Any) -> None:
+        await _send_give_up(rt, rule, give_up)
+
+    if op.owns_turn:
+        op.hand_over(_ready(None), send)
+    else:
+        rt.spawn(send(None))
+
+
+#: error replies that say "not now" (nothing ran): a give-up refused so is sent again
+_BUSY_CODES = frozenset({"BUSY", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN"})
+
+
+async def _send_give_up(rt: Runtime, rule: Rule, give_up: GiveUp) -> None:
+    """Send a give-up until it is known to have run (a reply), or for ``retry_for``: a
+    give-up lost with its link, or refused for now (a server loading, a failover), would
+    otherwise leave its waiter in line."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + give_up.retry_for
+    delay = rt.config.reconnect_delay
+    while True:
+        reply: object
+        try:
+            reply = await command(rt, rule.key, give_up.command, None)
+        except NotSent as error:
+            reply = error
+        if isinstance(reply, ErrorReply) and reply.code not in _BUSY_CODES:
+            logger.warning("aiolock: %r: a waiter could not leave the line: %s", rule.name, reply)
+            return
+        if not isinstance(reply, OutcomeUnknown | ErrorReply | NotSent):
+            return
+        if loop.time() + delay > until or rt.transport.closed:
+            logger.debug("aiolock: %r: a give-up was not confirmed: %s", rule.name, reply)
+            return
+        if isinstance(reply, OutcomeUnknown):
+            # Fence its link first (when that can be done in time): the lost one then cannot
+            # run later, after the owner's next acquisition joined the line again.
+            await _fence_until(rt, reply, until)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, rt.config.reconnect_max_delay)
 
 
 async def _best_effort(rt: Runtime, rule: Rule, cmd: Command) -> None:
@@ -911,9 +967,9 @@ async def _undo_attempt(
     else:
         result = rule.parse(value)
     if not result.granted:
-        cmd = rule.give_up(owner)
-        if cmd is not None:
-            await _best_effort(rt, rule, cmd)
+        give_up = rule.give_up(owner)
+        if give_up is not None:
+            await _send_give_up(rt, rule, give_up)
     elif hold is None:
         cmd = rule.undo(owner, result)
         if cmd is not None:

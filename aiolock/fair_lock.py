@@ -8,19 +8,23 @@ Layout (Redisson's, so Java and Python services share one line of waiters):
 * ``redisson_lock_timeout:{name}``: a sorted set, owner -> deadline in Unix milliseconds on
   the clock of the client that wrote it;
 * ``redisson_lock__channel:{name}:<owner>``: one channel per waiter. A release publishes ``0``
-  to the first waiter in line only, so exactly one waiter wakes, the right one.
+  to the first waiter in line only, so exactly one waiter wakes, the right one;
+* ``aiolock_lock_alive:{name}`` (aiolock's own, beside Redisson's keys): a sorted set, owner
+  -> Unix milliseconds on the server's clock until which that waiter is presumed alive.
 
 A waiter joins the tail of the line at its first attempt and the lock goes only to the first
 in line. Each waiter has a *wait allowance* (its ``wait_time``, at most the lock's
-``wait_allowance``, 10 s by default): its deadline is that much past the deadline of the one
-ahead of it (the first one's: past the end of the holder's lease). A waiter still in line
-past its deadline is presumed dead and dropped when it reaches the head. See
-:mod:`aiolock.scripts` ``fair_lock_acquire.lua`` for how the deadlines move.
+``wait_allowance``, 10 s by default). Its deadline is Redisson's: that much past the deadline
+of the one ahead of it (the first one's: past the end of the holder's lease). Its heartbeat
+is aiolock's: each check sets it to its allowance from now, and a waiter checks at least
+every quarter of its allowance. A waiter past its deadline, or whose heartbeat ran out, is
+presumed dead and dropped when it reaches the head, so dead waiters keep a free lock one
+allowance at most, however many. See :mod:`aiolock.scripts` ``fair_lock_acquire.lua`` and
+``fragments/fair_line.lua``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
 import time
@@ -28,11 +32,12 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from . import acquire, scripts
-from .acquire import Attempt, Command
+from .acquire import Attempt, Command, GiveUp
 from .keys import (
     PUBLISH,
     UNLOCK_MESSAGE,
     check_seconds,
+    fair_alive_key,
     fair_queue_key,
     fair_timeout_key,
     to_millis,
@@ -56,7 +61,14 @@ class FairRule(LockRule):
 
     kind = "fair_lock"
 
-    __slots__ = ("_allowances", "_queue_key", "_timeout_key", "allowance_ms", "clock")
+    __slots__ = (
+        "_alive_key",
+        "_allowances",
+        "_queue_key",
+        "_timeout_key",
+        "allowance_ms",
+        "clock",
+    )
 
     def __init__(
         self,
@@ -67,6 +79,7 @@ class FairRule(LockRule):
         super().__init__(name)
         self._queue_key = fair_queue_key(name)
         self._timeout_key = fair_timeout_key(name)
+        self._alive_key = fair_alive_key(name)
         self.renewal = Renewal(scripts.FAIR_LOCK_RENEW, name)
         #: the most any waiter's allowance may be (ms)
         self.allowance_ms = allowance_ms
@@ -76,8 +89,8 @@ class FairRule(LockRule):
         #: piece of state: lock objects of one name and settings share the rule)
         self._allowances: dict[str, int] = {}
 
-    def _keys(self) -> tuple[str, str, str, str]:
-        return (self.name, self._queue_key, self._timeout_key, self._channel_key)
+    def _keys(self) -> tuple[str, str, str, str, str]:
+        return (self.name, self._queue_key, self._timeout_key, self._channel_key, self._alive_key)
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
@@ -102,15 +115,18 @@ class FairRule(LockRule):
             self._keys(), (lease_ms, owner, allowance, self._now(), UNLOCK_MESSAGE, PUBLISH)
         )
 
-    def give_up(self, owner: str) -> Command | None:
+    def give_up(self, owner: str) -> GiveUp | None:
         allowance = self._allowances.pop(owner, None)
         if allowance == 0:
             return None  # it only tried, it never joined the line
         # Unknown (forgotten): leave the line without moving anyone up; deadlines behind it
-        # then come later than they could, never sooner.
-        return scripts.FAIR_LOCK_GIVE_UP.command(
+        # then come later than they could, never sooner. Sent again while it cannot be known
+        # to have run, for as long as its heartbeat could keep it in line (its allowance
+        # after its last check, which was before now).
+        cmd = scripts.FAIR_LOCK_GIVE_UP.command(
             self._keys(), (UNLOCK_MESSAGE, owner, allowance or 0, self._now(), PUBLISH)
         )
+        return GiveUp(cmd, (allowance or self.allowance_ms) / 1000)
 
     def forget(self, owner: str) -> None:
         """The acquisition of ``owner`` ended (granted, or given up already)."""
@@ -153,13 +169,14 @@ class FairLock(Lock):
 
     Each waiter has a wait allowance: its ``wait_time``, at most ``wait_allowance`` (10 s by
     default; also the allowance of ``lock()``, which waits as long as it takes). It bounds
-    what a waiter that died (kill -9, a lost machine) costs the ones behind it: it is dropped
-    from the line its allowance after its turn came (the lock freed, or its lease ran out),
-    and the waiter behind it notices within its own allowance (waiters behind the first
-    re-check at least that often; only the first in line is woken by a release). A live
-    waiter keeps its place however long the holder keeps the lock; one stopped for longer
-    than its allowance loses it and joins the tail again when it runs again. A waiter that
-    gives up (its wait ran out, it was cancelled) leaves the line at once.
+    what waiters that died (kill -9, a lost machine) cost the live ones behind them: a free
+    lock is kept from a live waiter one allowance at most, however many dead waiters stand
+    ahead of it. Every check of a waiter is its heartbeat, and it checks at least every
+    quarter of its allowance; one whose heartbeat ran out is dropped. A live waiter keeps its
+    place however long the holder keeps the lock; one stopped (or cut off from Redis) for
+    most of its allowance loses it and joins the tail again when it runs again. A waiter that
+    gives up (its wait ran out, it was cancelled) leaves the line at once; a give-up lost on
+    the way is sent again until it is known to have run, for at most its allowance.
 
     The deadlines are Unix milliseconds on each client's clock (Redisson writes them so, and
     a mixed fleet shares them): clients whose clocks differ by less than the smallest wait
@@ -215,15 +232,9 @@ class FairLock(Lock):
         self, grant: Coroutine[Any, Any, Attempt | None], owner: str
     ) -> Attempt | None:
         try:
-            result = await grant
+            return await grant
         finally:
             self._fair_rule.forget(owner)
-        if result is None:
-            # The wait ran out and the loop sent this owner's give-up in a task of its own:
-            # let it go out first, so that an owner trying again at once is not taken out of
-            # the line by its previous acquisition's give-up.
-            await asyncio.sleep(0)
-        return result
 
     def _tasks_waiting(self, who: Owner) -> int:
         # each waiter has a channel of its own: count the owners acquiring it whose wait

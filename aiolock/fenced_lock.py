@@ -45,11 +45,28 @@ class FencedLock(Lock):
     """A reentrant lock whose every new acquisition takes a fencing token that only grows.
 
     A lease-based lock cannot stop a holder that was paused past its lease from acting as if
-    it still held the lock. Pass the token along with every write to the guarded resource
-    and have the resource reject tokens lower than the highest it has seen: the stale
-    holder's writes are then refused. The counter lives at ``redisson_lock_token:{name}``,
-    in the lock's hash slot, and is incremented by the same script that takes the lock.
-    A reentrant acquisition returns the token of the hold it re-enters.
+    it still held the lock. Pass the token along with every write to the guarded resource;
+    the resource keeps the highest token it has accepted and, atomically with each write,
+    accepts a token greater than or equal to it and refuses a lower one: the stale holder's
+    writes are then refused. Compare tokens of one lock name only, as integers (they fit an
+    int64, and a double exactly until 2255); they are neither consecutive nor timestamps.
+
+    A new token is ``max(counter + 1, the server's clock in microseconds)``, taken by the
+    script that takes the lock and stored in Redisson's counter ``redisson_lock_token:{name}``
+    (a Redis integer, no TTL, in the lock's hash slot), so a lock's first token is a clock
+    reading. A reentrant acquisition returns the token of the hold it re-enters.
+
+    The guarantee: while the counter exists, each new token is above all before it, even if
+    the server's clock steps back (the counter then goes on by one). When the counter is lost
+    (a restart without persistence, a failover to a replica that missed the last tokens),
+    the next acquisition starts it again from the clock of the server holding it now, which
+    is above every earlier token unless a clock was stepped back (or the new master's clock
+    lags the old one's) by more than the time between the last token and the next.
+
+    The limits: a Redisson client's acquisition INCRs whatever the counter holds, so one that
+    comes first after a loss gets 1 (2, 3... after it) until an aiolock acquisition jumps the
+    counter back to the clock; and a deposed master still writable during a failover hands
+    out tokens of its own meanwhile. docs/locks.md ("The fenced lock") says it in full.
     """
 
     __slots__ = ()
@@ -78,7 +95,8 @@ class FencedLock(Lock):
         return token
 
     async def get_token(self) -> int:
-        """The latest fencing token handed out for this lock (0 before the first)."""
+        """The latest fencing token handed out for this lock (0 before the first, or after
+        the counter was lost)."""
         rule = self._rule
         assert isinstance(rule, FencedRule)
         return await rule.token(self._client.runtime())

@@ -23,6 +23,7 @@ LOCK_CHANNEL_PREFIX = "redisson_lock__channel"
 TOKEN_PREFIX = "redisson_lock_token"
 FAIR_QUEUE_PREFIX = "redisson_lock_queue"
 FAIR_TIMEOUT_PREFIX = "redisson_lock_timeout"
+FAIR_ALIVE_PREFIX = "aiolock_lock_alive"
 RWLOCK_CHANNEL_PREFIX = "redisson_rwlock"
 #: published by the last release of a lock: wakes one waiter
 UNLOCK_MESSAGE = "0"
@@ -97,6 +98,13 @@ def fair_queue_key(name: str) -> str:
 def fair_timeout_key(name: str) -> str:
     """A fair lock's waiters' deadlines: ``redisson_lock_timeout:{name}`` (zset, Unix ms)."""
     return suffixed(FAIR_TIMEOUT_PREFIX, name)
+
+
+def fair_alive_key(name: str) -> str:
+    """aiolock's fair-lock waiters' heartbeats: ``aiolock_lock_alive:{name}`` (zset owner ->
+    Unix ms on the server's clock until which that waiter is presumed alive). Not Redisson's:
+    its waiters have none, and its scripts never read it."""
+    return suffixed(FAIR_ALIVE_PREFIX, name)
 
 
 def rwlock_channel(name: str) -> str:

@@ -135,10 +135,10 @@ class Owner:
 
 class SingleUseOwner(Owner):
     """An owner whose id names one hold only and is never used again: a permit of a
-    permit-expirable semaphore, whose id is the permit id (the task, if any, is the one the
-    permit belongs to). No later hold can share its id, so a request of it that could not
-    be fenced never needs another id (:meth:`Leases.taint` leaves it alone: the scripts take
-    the permit id itself), and once it holds nothing its task stops watching it."""
+    permit-expirable semaphore, whose id is the permit id (and which belongs to no task).
+    No later hold can share its id, so a request of it that could not be fenced never needs
+    another id (:meth:`Leases.taint` leaves it alone: the scripts take the permit id itself),
+    and once it holds nothing a task it was given stops watching it."""
 
     __slots__ = ()
 

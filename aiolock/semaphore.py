@@ -8,11 +8,13 @@ Redisson); a lost reply is settled with a request latch (aiolock.requests).
 
 :class:`PermitExpirableSemaphore` (Redisson's RPermitExpirableSemaphore): the same count, plus
 ``{name}:timeout``, a sorted set of the permits taken (member = 16 random bytes, the permit
-id, given to users as 32 hex digits; score = when it expires, in ms). Each permit is a hold:
-one taken without ``lease_time`` is renewed by the watchdog while its owner lives, and its
-loss is reported like a lock's. Expired permits return to the pool by themselves: every
-script of the semaphore returns them first (acquire, release, counts, the watchdog's renewal),
-and a waiter wakes when the earliest one expires, so no one has to come by.
+id, given to users as 32 hex digits; score = when it expires, in ms). Each permit is a hold
+named by its id, a handle that any task may pass on, not a hold of the task that took it: one
+taken with ``lease_time`` lives until released or expired, one taken without is renewed by
+the watchdog while the client lives, and its loss is reported like a lock's. Expired permits
+return to the pool by themselves: every script of the semaphore returns them first (acquire,
+release, counts, the watchdog's renewal), and a waiter wakes when the earliest one expires,
+so no one has to come by.
 
 Waiting is the shared loop's: a release publishes the new number of available permits, which
 wakes local waiters in turn while they fit in it (a waiter for k permits counts k), so a
@@ -500,12 +502,15 @@ class PermitExpirableSemaphore:
     """A semaphore whose permits expire; get one with
     ``client.permit_expirable_semaphore(name)``.
 
-    ``acquire()`` returns a permit id (32 hex digits); ``release(permit_id)`` gives it back
-    (from any task, or another process). A permit taken with ``lease_time`` expires after it;
-    one taken without is renewed by the watchdog (``config.watchdog_timeout``) while its
-    owner lives: the current task by default (a task that ends holding a permit gives it back,
-    with a warning), or an explicit owner (``client.new_owner()``). A holder that dies loses
-    its permits at the latest one lease later: they return to the pool by themselves.
+    ``acquire()`` returns a permit id (32 hex digits), a handle: ``release(permit_id)`` gives
+    it back from any task, or another process (Redisson passes permit ids between threads).
+    The task that took it ending gives nothing back (``asyncio.wait_for``, ``gather`` and
+    ``create_task`` run their coroutines in tasks of their own). A permit taken with
+    ``lease_time`` lives until released or expired; one taken without is renewed by the
+    watchdog (``config.watchdog_timeout``) while the client lives (closing it gives the
+    permit back). A process that dies loses its permits at the latest one lease later: they
+    return to the pool by themselves. ``owner`` is accepted for compatibility and changes
+    nothing: a permit belongs to no task.
 
     A permit whose lease ran out, or whose renewal could not be confirmed in time, is lost
     like a lock's hold: :meth:`on_lost` callbacks run, :meth:`guard` cancels its body, and
@@ -565,12 +570,13 @@ class PermitExpirableSemaphore:
         else:
             lease_ms = to_millis(check_lease(lease_time, "lease_time"))
         rt = client.runtime()
-        who = client.resolve_owner(owner)
+        if owner is not None:
+            client.resolve_owner(owner)  # checked, and no more: a permit belongs to no task
         permit = secrets.token_hex(16)
         granted = await acquire.acquire(
             rt,
             self._rule,
-            SingleUseOwner(permit, who.task),
+            SingleUseOwner(permit),
             wait=wait,
             lease_ms=lease_ms,
             renew=lease_time is None,

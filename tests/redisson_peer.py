@@ -45,6 +45,13 @@ redisson_peer.py latch-await URL NAME TIMEOUT           "waiting" (if closed), t
                                                         "timeout"
 redisson_peer.py latch-count-down URL NAME              "counted"
 redisson_peer.py latch-delete URL NAME                  "deleted N"
+
+The fenced lock (section 7.4: RFencedLock, RedissonFencedLock's token-returning acquire, then
+RLock's unlock with its latch), one command per process too:
+
+redisson_peer.py fenced-lock URL NAME LEASE_MS          one tryLockAndGetToken attempt:
+                                                        "token N" then, unlocked, "unlocked";
+                                                        or "held PTTL" (someone holds it)
 """
 
 from __future__ import annotations
@@ -615,6 +622,35 @@ else
 end
 """
 
+# -- RFencedLock (REDISSON.md 7.4) and RLock's unlock (2.2) ---------------------------------
+
+# KEYS [N, redisson_lock_token:{N}]; ARGV [leaseMs, lockName]: INCR on every acquisition,
+# reentrant ones included, whatever the counter holds; {-1, token} or {pttl, -1}
+FENCED_ACQUIRE = """
+if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+    local token = redis.call('incr', KEYS[2]);
+    redis.call('hincrby', KEYS[1], ARGV[2], 1);
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return {-1, token};
+end;
+return {redis.call('pttl', KEYS[1]), -1};
+"""
+# KEYS [N, channel, latch]; ARGV [0, leaseMs, lockName, publishCmd, latchPx]
+LOCK_UNLOCK = """
+local val = redis.call('get', KEYS[3]);
+if val ~= false then return tonumber(val); end;
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil; end;
+if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2]);
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5]);
+    return 0;
+end;
+redis.call('del', KEYS[1]);
+redis.call(ARGV[4], KEYS[2], ARGV[1]);
+redis.call('set', KEYS[3], 1, 'px', ARGV[5]);
+return 1;
+"""
+
 #: tests/sync_worker.py's guard
 ENTER = """
 redis.call('sadd', KEYS[1], ARGV[1])
@@ -784,7 +820,28 @@ class SyncPeer:
         say("done")
 
 
+def fenced_lock(url: str, name: str, lease_ms: int) -> None:
+    """One RFencedLock.tryLockAndGetToken() of a fresh client's thread 1, then its unlock."""
+    r = connect(url)
+    publish = "SPUBLISH" if sharded_pubsub(r) else PUBLISH
+    owner = f"{uuid.uuid4()}:1"
+    token_key = prefix_name("redisson_lock_token", name)
+    ttl, token = (int(x) for x in r.eval(FENCED_ACQUIRE, 2, name, token_key, lease_ms, owner))
+    if ttl != -1:
+        say("held", ttl)
+        return
+    say("token", token)
+    latch = f"{prefix_name('redisson_unlock_latch', name)}:{os.urandom(16).hex()}"
+    channel = prefix_name("redisson_lock__channel", name)
+    assert r.eval(LOCK_UNLOCK, 3, name, channel, latch, 0, lease_ms, owner, publish, LATCH_PX) == 1
+    r.delete(latch)
+    say("unlocked")
+
+
 def sync_main(command: str, url: str, name: str, *rest: str) -> None:
+    if command == "fenced-lock":
+        fenced_lock(url, name, int(rest[0]))
+        return
     peer = SyncPeer(url, name)
     if command == "sem-acquire":
         say("acquired" if peer.sem_acquire(int(rest[0]), float(rest[1])) else "timeout")
@@ -838,6 +895,7 @@ SYNC_COMMANDS = frozenset(
         "latch-await",
         "latch-count-down",
         "latch-delete",
+        "fenced-lock",
     }
 )
 

@@ -286,8 +286,8 @@ async def test_a_killed_waiter_holds_the_line_up_for_its_allowance_only(
     client: aiolock.AioLock, redis_client: redis.asyncio.Redis, peers: Peers
 ) -> None:
     """The first waiter in line is killed (kill -9) and the holder (30 s lease) releases at
-    once: the next waiter takes the lock about the dead one's allowance (1 s) later, not
-    after the lease."""
+    once: the next waiter takes the lock about the dead one's allowance (1 s) after its last
+    sign of life (it checked every quarter allowance), not after the lease."""
     name = "killed-waiter"
     lock = client.fair_lock(name)
     assert await lock.try_lock(lease_time=30)
@@ -295,13 +295,15 @@ async def test_a_killed_waiter_holds_the_line_up_for_its_allowance_only(
     await peer.send("w", "fair-lock", name, -1, -1)
     owner = await peer.wait_owner("w")
     await eventually(lambda: _in_line(redis_client, name, owner))
+    killed = time.monotonic()
     peer.signal(signal.SIGKILL)
     waiter = asyncio.create_task(_timed_lock(client.fair_lock(name, wait_allowance=1)))
     await eventually(lambda: _equal(queue_length(redis_client, name), 2))
     released = time.monotonic()
     await lock.unlock()
     acquired = await waiter
-    assert 0.5 < acquired - released < 5
+    assert acquired - killed > 0.5
+    assert acquired - released < 5
     assert await queue_of(redis_client, name) == []
 
 
@@ -311,6 +313,124 @@ async def _timed_lock(lock: aiolock.Lock) -> float:
         return time.monotonic()
     finally:
         await lock.unlock()
+
+
+#: the wait allowance of the dead-waiter tests, and how much later than it a live waiter may
+#: take the free lock (its check's timer and round trip on a loaded machine): well below a
+#: second allowance, so a bound of ALLOWANCE + SLACK rules out two allowances or more
+ALLOWANCE = 2.0
+SLACK = 1.0
+ALIVE = "aiolock_lock_alive:{{{}}}"
+
+
+async def _line_up_in_a_process(
+    peers: Peers, redis_client: redis.asyncio.Redis, name: str, tasks: int
+) -> PeerProcess:
+    """A peer process (allowance ALLOWANCE) with ``tasks`` tasks waiting in line."""
+    peer = await peers.start("aiolock", "--allowance", ALLOWANCE)
+    for i in range(tasks):
+        await peer.send(f"w{i}", "fair-lock", name, -1, -1)
+        owner = await peer.wait_owner(f"w{i}")
+        await eventually(lambda: _in_line(redis_client, name, owner))  # noqa: B023
+    return peer
+
+
+@pytest.mark.slow
+async def test_dead_waiters_keep_a_free_lock_one_allowance_at_most_however_many(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis, peers: Peers
+) -> None:
+    """A process with 4 tasks waiting in line is killed (kill -9) just before the holder
+    (30 s lease) releases: the live waiter behind them takes the lock at most one allowance
+    (plus a check's latency) after the release, not one allowance per dead waiter (8 s)."""
+    name = "dead-waiters"
+    lock = client.fair_lock(name)
+    assert await lock.try_lock(lease_time=30)
+    peer = await _line_up_in_a_process(peers, redis_client, name, 4)
+    waiter = asyncio.create_task(_timed_lock(client.fair_lock(name, wait_allowance=ALLOWANCE)))
+    await eventually(lambda: _equal(queue_length(redis_client, name), 5))
+    peer.signal(signal.SIGKILL)
+    released = time.monotonic()
+    await lock.unlock()
+    async with asyncio.timeout(30):
+        acquired = await waiter
+    assert acquired - released < ALLOWANCE + SLACK
+    assert not await redis_client.exists(
+        QUEUE.format(name), TIMEOUTS.format(name), ALIVE.format(name)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("holder", ["aiolock", "redisson"])
+async def test_a_waiter_killed_before_an_early_release_keeps_the_lock_one_allowance_at_most(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis, peers: Peers, holder: str
+) -> None:
+    """The first waiter in line is killed just before the holder releases with 30 s of its
+    lease left: the live waiter behind it takes the lock at most one allowance later (plus a
+    check's latency), not after the rest of the lease. Also when the holder is a Redisson
+    client, whose release moves no deadline (the line is shared with it)."""
+    name = f"early-release-{holder}"
+    holding = await peers.start(holder)
+    await holding.send("h", "fair-lock", name, 0, 30_000)
+    await peers.expect(holding, "h", "acquired")
+    peer = await _line_up_in_a_process(peers, redis_client, name, 1)
+    waiter = asyncio.create_task(_timed_lock(client.fair_lock(name, wait_allowance=ALLOWANCE)))
+    await eventually(lambda: _equal(queue_length(redis_client, name), 2))
+    await asyncio.sleep(1)  # the lease goes on; the deadlines were set at enqueue
+    peer.signal(signal.SIGKILL)
+    released = time.monotonic()
+    await holding.send("h", "fair-unlock", name)
+    await peers.expect(holding, "h", "unlocked")
+    async with asyncio.timeout(45):
+        acquired = await waiter
+    assert acquired - released < ALLOWANCE + SLACK
+    assert await queue_of(redis_client, name) == []
+
+
+@pytest.mark.slow
+async def test_give_ups_lost_in_an_outage_are_sent_again(
+    proxy: TcpProxy, redis_url: str, redis_client: redis.asyncio.Redis
+) -> None:
+    """5 waiters (allowance 30 s) time out during a 3 s outage of their client's link, so
+    their give-ups cannot reach Redis then: they are sent again once it is back, and another
+    client takes the freed lock at once, not when their places would have run out (~25 s)."""
+    name = "lost-give-ups"
+    async with (
+        aiolock.from_url(redis_url) as holder_client,
+        aiolock.from_url(proxy.url, command_timeout=0.5) as waiters_client,
+        aiolock.from_url(redis_url) as other,
+    ):
+        holder = holder_client.fair_lock(name)
+        assert await holder.try_lock(lease_time=60)
+        lock = waiters_client.fair_lock(name, wait_allowance=30)
+        scopes: list[asyncio.Timeout] = []
+
+        async def wait_and_time_out() -> None:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(None) as scope:
+                    scopes.append(scope)
+                    await lock.lock()
+
+        waiters = []
+        for count in range(1, 6):
+            waiters.append(asyncio.create_task(wait_and_time_out()))
+            await eventually(lambda: _equal(queue_length(redis_client, name), count))  # noqa: B023
+        outage = time.monotonic()
+        proxy.blackhole_requests()
+        proxy.blackhole_replies()
+        loop = asyncio.get_running_loop()
+        for scope in scopes:  # they time out in the outage
+            scope.reschedule(loop.time() + 1)
+        await asyncio.gather(*waiters)
+        assert await queue_length(redis_client, name) == 5  # nothing reached Redis
+        await asyncio.sleep(max(0.0, outage + 3 - time.monotonic()))
+        proxy.pass_through()
+        proxy.reset_connections()
+        released = time.monotonic()
+        await holder.unlock()
+        assert await other.fair_lock(name).try_lock(wait_time=40)
+        assert time.monotonic() - released < 5
+        assert await queue_length(redis_client, name) == 0
+        await other.fair_lock(name).unlock()
 
 
 async def test_a_stopped_waiter_loses_its_place_and_joins_again_when_it_resumes(
@@ -398,26 +518,27 @@ async def test_the_expected_wait_is_never_negative_or_zero(
     redis_client: redis.asyncio.Redis, state: str
 ) -> None:
     """States in which Redisson's script returns a negative or zero TTL (its waiter then waits
-    for a message only, or polls in a hot loop): aiolock's returns a positive wait."""
+    for a message only, or polls in a hot loop): aiolock's returns a positive wait, at most
+    a quarter of the waiter's allowance (10 s here: its heartbeat)."""
     name = "timed"
     queue, timeouts = QUEUE.format(name), TIMEOUTS.format(name)
     now = int(time.time() * 1000)
     if state == "held-without-ttl":
         await redis_client.hset(name, "someone:1", 1)
-        expected: tuple[int, int] = (30_000, 30_000)
+        expected: tuple[int, int] = (2_500, 2_500)
     elif state == "stale-last-waiter":
         await redis_client.hset(name, "someone:1", 1)
         await redis_client.pexpire(name, 5_000)
         await redis_client.rpush(queue, "head:1", "stale:1")
         await redis_client.zadd(timeouts, {"head:1": now + 60_000, "stale:1": now - 1_000})
-        expected = (4_000, 5_000)
+        expected = (2_500, 2_500)
     else:
         await redis_client.rpush(queue, "head:1")
         await redis_client.zadd(timeouts, {"head:1": now + 2_000})
         expected = (1_000, 2_000)
-    keys = (name, queue, timeouts, f"redisson_lock__channel:{{{name}}}")
+    keys = (name, queue, timeouts, f"redisson_lock__channel:{{{name}}}", ALIVE.format(name))
     reply = await redis_client.eval(
-        scripts.FAIR_LOCK_ACQUIRE.source, 4, *keys, 30_000, "me:1", 10_000, now, "0", "PUBLISH"
+        scripts.FAIR_LOCK_ACQUIRE.source, 5, *keys, 30_000, "me:1", 10_000, now, "0", "PUBLISH"
     )
     assert expected[0] <= reply <= expected[1]
     assert "me:1" in await queue_of(redis_client, name)
@@ -575,3 +696,33 @@ def test_bad_arguments(client: aiolock.AioLock) -> None:
     with pytest.raises(ValueError):
         client.fair_lock("")
     assert client.fair_lock("x").wait_allowance == 10
+
+
+@pytest.mark.slow
+async def test_a_waiter_in_line_keeps_its_place_on_a_server_out_of_memory() -> None:
+    """maxmemory reached (noeviction): every check of a waiter writes its heartbeat, which
+    Redis would refuse as a script's first write (it needs memory); the check removes first,
+    so the waiter keeps its place, and takes the lock when the holder releases."""
+    from aiolock.testing import RedisServer, external_redis_url
+
+    if external_redis_url() is not None:
+        pytest.skip("needs its own redis-server")
+    with RedisServer(["--maxmemory-policy", "noeviction"]) as server:
+        async with (
+            aiolock.from_url(server.url) as client,
+            redis.asyncio.Redis.from_url(server.url) as redis_client,
+        ):
+            holder = client.fair_lock("oom")
+            assert await holder.try_lock(lease_time=30)
+            waiter = asyncio.create_task(_timed_lock(client.fair_lock("oom", wait_allowance=0.4)))
+            await eventually(lambda: _equal(queue_length(redis_client, "oom"), 1))
+            await redis_client.config_set("maxmemory", 1)
+            try:
+                await asyncio.sleep(1.5)  # a heartbeat every 0.1 s
+                assert not waiter.done()
+                assert await queue_length(redis_client, "oom") == 1
+                await holder.unlock()
+                async with asyncio.timeout(10):
+                    await waiter
+            finally:
+                await redis_client.config_set("maxmemory", 0)

@@ -7,6 +7,7 @@ import asyncio
 import random
 import sys
 import threading
+import time
 from asyncio.subprocess import PIPE
 from collections.abc import Coroutine
 from pathlib import Path
@@ -100,10 +101,13 @@ async def test_members_on_one_client_and_fenced_members(servers: Servers, connec
     (server,) = servers(1)
     (client,) = connect([server])
     multi = aiolock.multi_lock(client.fenced_lock("ledger"), client.lock("account"))
+    before = time.time_ns() // 1000
     async with multi:
         stats = multi.statistics()
         assert stats.held and [m.name for m in stats.members] == ["account", "ledger"]
-        assert await client.fenced_lock("ledger").get_token() == 1
+        token = await client.fenced_lock("ledger").get_token()
+    # the member took its first token: the server's clock in microseconds at the grant
+    assert before <= token <= time.time_ns() // 1000
     assert not await multi.is_locked()
 
 

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -331,19 +331,56 @@ async def test_a_permit_released_by_another_client_is_lost_by_its_holder(
         await lost.wait()
 
 
-async def test_a_task_that_ends_holding_a_permit_gives_it_back(
-    client: aiolock.AioLock, caplog: pytest.LogCaptureFixture
+async def _in_a_child_task(how: str, acquire: Callable[[], Coroutine[Any, Any, str]]) -> str:
+    """A permit taken in a task that ends right after: asyncio.wait_for runs its coroutine in
+    a task of its own on Python 3.11 (3.12 runs it in the caller's), gather and create_task
+    always do."""
+    if how == "wait_for":
+        return await asyncio.wait_for(acquire(), 10)
+    if how == "gather":
+        (permit,) = await asyncio.gather(acquire())
+        return permit
+    return await asyncio.create_task(acquire())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lease", [None, 30.0], ids=["renewed", "leased"])
+@pytest.mark.parametrize("how", ["wait_for", "gather", "create_task"])
+async def test_a_permit_taken_in_a_child_task_is_held_until_released(
+    make_client: Callable[..., aiolock.AioLock], how: str, lease: float | None
 ) -> None:
+    """A permit id is a handle (Redisson passes them between threads): the task that took it
+    ending gives nothing back. The id names the permit, ``release(id)`` gives it back, and
+    nobody else gets it meanwhile (two users never share one permit). Without a lease it is
+    renewed while the client lives (here past two leases); closing the client gives it back."""
+    client = make_client(watchdog_timeout=0.6)
     pes = client.permit_expirable_semaphore("pes")
+    other = make_client().permit_expirable_semaphore("pes")
     assert await pes.try_set_permits(1)
-    with caplog.at_level(logging.WARNING, logger="aiolock"):
-        permit = await asyncio.create_task(pes.acquire())
-        await eventually(lambda: pes.available_permits(), within=5)
-    assert permit in caplog.text
-    kept = await asyncio.create_task(pes.acquire(owner=client.new_owner()))  # explicit owner
-    await asyncio.sleep(0.1)
+    permit = await _in_a_child_task(how, lambda: pes.acquire(lease_time=lease))
+    await asyncio.sleep(1.5)  # the task is long gone; a lease of 0.6 s ran out twice meanwhile
+    assert await other.try_acquire() is None
     assert await pes.available_permits() == 0
-    await pes.release(kept)
+    stats = pes.statistics()
+    assert (stats.permits_held, stats.renewed, stats.lost) == (1, lease is None, 0)
+    await pes.release(permit)
+    assert await other.available_permits() == 1
+    permit = await _in_a_child_task(how, lambda: pes.acquire(lease_time=lease))
+    await client.aclose()  # the client's holds end with it: the permit is given back
+    assert await other.available_permits() == 1
+
+
+async def test_a_child_task_s_permit_is_released_by_another_task(client: aiolock.AioLock) -> None:
+    """The id is enough: any task of the client releases it, and reports its loss."""
+    pes = client.permit_expirable_semaphore("pes")
+    assert await pes.try_set_permits(2)
+    kept = await asyncio.create_task(pes.acquire(owner=client.new_owner()))  # explicit owner
+    short = await asyncio.create_task(pes.acquire(lease_time=0.1))
+    await asyncio.create_task(pes.release(kept))
+    await eventually(lambda: true(pes.statistics().lost == 1), within=5)
+    with pytest.raises(aiolock.LockLostError):
+        await asyncio.create_task(pes.release(short))
+    assert await pes.available_permits() == 2
 
 
 async def test_permit_context_manager(client: aiolock.AioLock) -> None:
@@ -381,6 +418,24 @@ async def test_cancelled_while_the_acquire_reply_is_in_flight(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    await quiet(via_proxy)
+    assert await redis_client.zcard(TIMEOUTS) == 0
+    assert await redis_client.get("pes") == b"2"
+    assert not any(via_proxy.statistics().holds.values())
+
+
+async def test_a_wait_for_that_times_out_with_the_reply_in_flight_gives_the_permit_back(
+    via_proxy: aiolock.AioLock, proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    """A permit belongs to no task, yet an acquire cancelled after its script took a permit
+    (``wait_for`` timing out while the reply is delayed) still gives it back."""
+    pes = via_proxy.permit_expirable_semaphore("pes")
+    proxy.delay_replies(0.5)
+    task = asyncio.create_task(asyncio.wait_for(pes.acquire(), 0.3))
+    await eventually(lambda: equal(redis_client.zcard(TIMEOUTS), 1))  # taken, reply delayed
+    with pytest.raises(TimeoutError):
+        await task
+    proxy.pass_through()
     await quiet(via_proxy)
     assert await redis_client.zcard(TIMEOUTS) == 0
     assert await redis_client.get("pes") == b"2"
@@ -480,3 +535,35 @@ async def test_permits_can_be_given_back_on_a_server_out_of_memory() -> None:
             finally:
                 await client.redis.config_set("maxmemory", 0)
             assert await pes.available_permits() == 2
+
+
+@pytest.mark.slow
+async def test_permits_stay_renewed_on_a_server_out_of_memory_as_locks_do() -> None:
+    """maxmemory reached (noeviction): Redis refuses a script's memory-growing command only
+    if it is the script's first write. The lock's renewal starts with PEXPIRE; the permits'
+    must start with a write that needs no memory too, or every permit without a lease
+    expires after one lease while the locks beside it stay renewed."""
+    from aiolock.testing import RedisServer, external_redis_url
+
+    if external_redis_url() is not None:
+        pytest.skip("needs its own redis-server")
+    with RedisServer(["--maxmemory-policy", "noeviction"]) as server:
+        async with aiolock.from_url(server.url, watchdog_timeout=0.6) as client:
+            pes = client.permit_expirable_semaphore("oom")
+            assert await pes.try_set_permits(3)
+            expired = await pes.acquire(lease_time=0.3)  # the renewal also returns it
+            permit = await pes.acquire()
+            lock = client.lock("oom-lock")
+            await lock.lock()
+            await client.redis.config_set("maxmemory", 1)
+            try:
+                await asyncio.sleep(2)  # over 3 leases
+                assert lock.statistics().held
+                assert pes.statistics().permits_held == 1
+                await pes.release(permit)
+                await lock.unlock()
+                with pytest.raises(aiolock.LockLostError):
+                    await pes.release(expired)
+            finally:
+                await client.redis.config_set("maxmemory", 0)
+            assert await pes.available_permits() == 3

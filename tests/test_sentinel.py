@@ -293,6 +293,41 @@ async def test_master_killed_holders_told_waiters_bounded(
             assert client.exists("s:kill:0")
 
 
+async def test_fencing_tokens_grow_across_a_failover_to_a_replica_behind(
+    setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """kill -9 of the master after three fencing tokens that never reached the replica,
+    which is then promoted with the older counter: the next token is above all six (it was
+    the fourth again, a token handed out twice). Before the cut, the replica's counter is
+    the master's (the script's SET from the clock is replicated as a SET, not re-run)."""
+    name = "s:fenced"
+    key = f"redisson_lock_token:{{{name}}}"
+    client = make_client()
+    tokens = []
+    for _ in range(3):
+        tokens.append(await client.fenced_lock(name).lock_and_get_token())
+        await client.fenced_lock(name).unlock()
+    with master_redis(setup) as master_link:
+        assert master_link.execute_command("WAIT", 1, 10_000) == 1
+        replicated = master_link.get(key)
+    with redis.Redis(*setup.replica_addresses()[0], socket_timeout=10) as replica_link:
+        assert replica_link.get(key) == replicated == str(tokens[-1]).encode()
+    master, replica = _keep_writes_from_the_replica(setup)
+    for _ in range(3):
+        tokens.append(await client.fenced_lock(name).lock_and_get_token())
+        await client.fenced_lock(name).unlock()
+    master.kill()
+    replica.resume()
+    new = await asyncio.to_thread(setup.wait_for_new_master, master, timeout=FAILOVER_BOUND)
+    assert new is replica
+    with redis.Redis(*new.address, socket_timeout=10) as new_link:
+        assert new_link.get(key) == str(tokens[2]).encode()  # it missed the last three
+    token = await make_client().fenced_lock(name).try_lock_and_get_token(wait_time=20)
+    assert token is not None
+    assert token > max(tokens), (token, tokens)
+    assert tokens == sorted(set(tokens))
+
+
 async def test_a_paused_master_comes_back_as_a_replica(
     setup: LocalSentinel, make_client: Callable[..., aiolock.AioLock]
 ) -> None:

@@ -7,15 +7,18 @@
 -- KEYS[3]  redisson_rwlock:{N}
 -- KEYS[4]  redisson_lock_queue:{N}     (a fair lock's waiters, first in line first)
 -- KEYS[5]  redisson_lock_timeout:{N}   (a fair lock's waiters' deadlines, Unix ms)
+-- KEYS[6]  aiolock_lock_alive:{N}      (aiolock fair waiters' heartbeats, server Unix ms)
 -- ARGV[1]  now, Unix ms
 -- ARGV[2..] the hash fields the operator was shown (owner ids, ":write" for a writer; not
 --          "mode"), in any order
 -- Returns  -1 the holders are not exactly ARGV[2..] any more (nothing done: another holder,
 --          one more or one less, or no lock hash at N); 1 lock deleted, "0" published on
 --          KEYS[2]; 2 read-write lock deleted, "1" (wake all) published on KEYS[3]; 3 fair
---          lock deleted, "0" published to the first waiter whose deadline has not passed
---          (the ones before it are dropped from the queue, as Redisson's own unlock does).
+--          lock deleted, "0" published to the first waiter not presumed gone
+--          (the ones before it are dropped from the queue, as the fair lock's own unlock does).
 -- A fenced lock's token counter is kept: tokens must keep growing after a forced unlock.
+--@include server_ms
+--@include fair_line
 if redis.call('type', KEYS[1]).ok ~= 'hash' then
     return -1
 end
@@ -41,18 +44,10 @@ if mode then
     redis.call('publish', KEYS[3], '1')
     return 2
 end
-while true do
-    local head = redis.call('lindex', KEYS[4], 0)
-    if not head then
-        break
-    end
-    local deadline = tonumber(redis.call('zscore', KEYS[5], head))
-    if deadline == nil or deadline > tonumber(ARGV[1]) then
-        redis.call('publish', KEYS[2] .. ':' .. head, '0')
-        return 3
-    end
-    redis.call('zrem', KEYS[5], head)
-    redis.call('lpop', KEYS[4])
+local head = first_waiter(KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[1]), server_ms(), nil)
+if head then
+    redis.call('publish', KEYS[2] .. ':' .. head, '0')
+    return 3
 end
 redis.call('publish', KEYS[2], '0')
 return 1

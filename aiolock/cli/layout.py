@@ -43,6 +43,7 @@ from ..keys import token_key as token_key
 # The names are aiolock.keys's (one place), read backwards here.
 fair_queue = keys.fair_queue_key
 fair_timeout = keys.fair_timeout_key
+fair_alive = keys.fair_alive_key
 permit_timeout = keys.permit_timeouts_key
 
 LOCK_CHANNEL = keys.LOCK_CHANNEL_PREFIX

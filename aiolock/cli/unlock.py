@@ -21,6 +21,7 @@ from importlib import resources
 
 import redis
 
+from ..scripts import compose
 from . import inspect, layout
 from .common import (
     FAILED,
@@ -101,13 +102,14 @@ def force_unlock(client: redis.Redis, name: str, *, confirm: bool) -> int:
     holder released and someone else took the lock), nothing is deleted and the lock is
     shown, and asked about, again; with ``--yes`` at most :data:`ATTEMPTS` times.
     """
-    script = client.register_script(SCRIPT.read_text(encoding="utf-8"))
+    script = client.register_script(compose(SCRIPT.read_text(encoding="utf-8")))
     keys = [
         name,
         layout.lock_channel(name),
         layout.rwlock_channel(name),
         layout.fair_queue(name),
         layout.fair_timeout(name),
+        layout.fair_alive(name),
     ]
     for attempt in range(ATTEMPTS if not confirm else sys.maxsize):
         if attempt:

@@ -4,6 +4,11 @@ Each file starts with a header naming its KEYS, ARGV and reply. Scripts are plai
 ``#!lua`` shebang) so that release and renewal still run on a server out of memory, and every
 script touches keys of one hash slot only (the caller passes them; aiolock.keys names them).
 
+Code that several scripts share is written once, as a *fragment* in ``fragments/<name>.lua``
+(its header says what it expects and what it defines), and a script takes it in with a line
+``--@include <name>``: :func:`compose` replaces that line with the fragment's code (its
+header left out) when the script is loaded, so Redis receives one whole script as before.
+
 :meth:`Script.command` encodes one run as ``EVALSHA``; every script is registered with the
 transport, which sends it whole (``EVAL``) instead when the server answers NOSCRIPT (a
 script cache emptied by a restart, a failover or SCRIPT FLUSH). Nothing here retries: a
@@ -13,6 +18,7 @@ lost reply is settled above.
 from __future__ import annotations
 
 import hashlib
+import re
 from importlib import resources
 from typing import Any
 
@@ -20,7 +26,9 @@ import hiredis
 
 from ..transport import register_script
 
-__all__ = ["Script", "load"]
+__all__ = ["Script", "compose", "load"]
+
+_INCLUDE = re.compile(r"^--@include (?P<name>[a-z_]+)[ \t]*$", re.MULTILINE)
 
 
 class Script:
@@ -43,10 +51,39 @@ class Script:
         return packed
 
 
+def fragment(name: str) -> str:
+    """The code of the fragment ``fragments/<name>.lua``, without its header (the comment
+    lines it starts with)."""
+    text = resources.files(__name__).joinpath("fragments", f"{name}.lua").read_text("utf-8")
+    lines = text.splitlines(keepends=True)
+    start = 0
+    while start < len(lines) and lines[start].startswith("--"):
+        start += 1
+    return "".join(lines[start:])
+
+
+def compose(source: str) -> str:
+    """``source`` with each ``--@include <name>`` line replaced by that fragment's code; a
+    fragment may include others, and each is taken in once (the first time it is named)."""
+    seen: set[str] = set()
+
+    def expand(text: str) -> str:
+        def include(match: re.Match[str]) -> str:
+            name = match["name"]
+            if name in seen:
+                return ""
+            seen.add(name)
+            return expand(fragment(name)).rstrip("\n")
+
+        return _INCLUDE.sub(include, text)
+
+    return expand(source)
+
+
 def load(name: str) -> Script:
-    """The script ``<name>.lua`` of this package."""
+    """The script ``<name>.lua`` of this package, its fragments composed in."""
     source = resources.files(__name__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    return Script(name, source)
+    return Script(name, compose(source))
 
 
 LOCK_ACQUIRE = load("lock_acquire")

@@ -3,6 +3,8 @@
 -- KEYS[2]  redisson_lock_queue:{name}: the owners waiting, first in line first
 -- KEYS[3]  redisson_lock_timeout:{name}: zset owner -> deadline, Unix ms (callers' clocks)
 -- KEYS[4]  redisson_lock__channel:{name}: waiter W listens on KEYS[4] .. ':' .. W
+-- KEYS[5]  aiolock_lock_alive:{name}: zset owner -> Unix ms on the server's clock until
+--          which that aiolock waiter is presumed alive (its heartbeat)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner id
 -- ARGV[3]  wait allowance in ms (0: try once, never wait in line)
@@ -10,49 +12,33 @@
 -- ARGV[5]  the message that wakes a waiter, "0"
 -- ARGV[6]  the publish command (PUBLISH, or SPUBLISH for sharded pub/sub)
 -- Returns  nil when acquired, else the ms (>= 1) after which to try again: the holder's
---          remaining lease; behind the first in line, at most the caller's allowance (so a
---          first waiter that died is dropped soon after the lock is free: only it is woken by
---          a release); while the lock is free for the first in line, until its deadline.
+--          remaining lease, or while the lock is free for the first in line, until it is
+--          presumed gone; a waiter in line at most a quarter of its allowance (its heartbeat).
 --
 -- First come, first served: the lock is taken only when it is free and the caller is first
 -- in line (or nobody waits); a waiter joins the tail once. Deadlines are Redisson's: a
 -- waiter's is its allowance past the one ahead of it, the first one's its allowance past the
--- end of the holder's lease; a waiter found first in line past its deadline is presumed dead
--- and dropped (never the caller itself). Redisson moves every deadline up by the allowance of
--- a waiter that takes the lock; this script moves them by however the end of the lease moves
+-- end of the holder's lease; Redisson moves every deadline up by the allowance of a waiter
+-- that takes the lock; this script moves them by however the end of the lease moves
 -- (taking, re-entering), and the first in line keeps its own deadline (and everyone's behind
 -- it) its allowance past the current lease end each time it checks, so a live waiter is
--- never dropped and a dead one holds the line up for its allowance once the lock is free.
+-- never dropped by a deadline (Redisson's scripts purge by them too).
+-- Each check of an aiolock waiter also sets its heartbeat, its allowance from now on the
+-- server's clock; it checks again within a quarter of that. A waiter whose heartbeat ran out
+-- is presumed dead wherever it stands in line (fair_line.lua), so dead waiters ahead keep a
+-- free lock from a live one for one allowance at most, however many they are and whatever
+-- the holder did (a Redisson holder's early release moves no deadline).
+-- Under OOM an owner already in line keeps its place (its first write is a ZREM, after which
+-- Redis lets a script grow memory); joining the line, like taking the lock, is refused.
+--@include server_ms
+--@include fair_line
 local lease = tonumber(ARGV[1])
 local owner = ARGV[2]
 local allowance = tonumber(ARGV[3])
 local now = tonumber(ARGV[4])
+local clock = server_ms()
 
--- every deadline moves by delta ms
-local function shift(delta)
-    if delta ~= 0 then
-        local waiting = redis.call('zrange', KEYS[3], 0, -1)
-        for i = 1, #waiting do
-            redis.call('zincrby', KEYS[3], delta, waiting[i])
-        end
-    end
-end
-
-local head
-local dropped = false
-while true do
-    head = redis.call('lindex', KEYS[2], 0)
-    if head == false or head == owner then
-        break
-    end
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline ~= nil and deadline > now then
-        break
-    end
-    redis.call('lpop', KEYS[2])
-    redis.call('zrem', KEYS[3], head)
-    dropped = true
-end
+local head, dropped = first_waiter(KEYS[2], KEYS[3], KEYS[5], now, clock, owner)
 
 local pttl = redis.call('pttl', KEYS[1])
 if pttl == -2 then
@@ -63,11 +49,12 @@ if pttl == -2 then
             redis.call('zrem', KEYS[3], owner)
             if mine ~= nil then
                 -- the ones behind now wait for this lease instead of for this waiter's turn
-                shift(now + lease - mine)
+                shift_deadlines(KEYS[3], now + lease - mine)
             end
         else
             redis.call('zrem', KEYS[3], owner)
         end
+        redis.call('zrem', KEYS[5], owner)
         redis.call('hset', KEYS[1], owner, 1)
         redis.call('pexpire', KEYS[1], lease)
         return nil
@@ -81,7 +68,7 @@ elseif redis.call('hexists', KEYS[1], owner) == 1 then
     if pttl < lease then
         redis.call('pexpire', KEYS[1], lease)
         if pttl >= 0 then
-            shift(lease - pttl)
+            shift_deadlines(KEYS[3], lease - pttl)
         end
     end
     return nil
@@ -95,7 +82,7 @@ if pttl == -1 then
     retry = lease
 elseif pttl == -2 then
     lease_end = now
-    retry = tonumber(redis.call('zscore', KEYS[3], head)) - now
+    retry = gone_in(KEYS[3], KEYS[5], head, now, clock)
 end
 if allowance <= 0 then
     return math.max(retry, 1)
@@ -118,11 +105,19 @@ if mine == nil then
     if head == false then
         head = owner
     end
-elseif head == owner and mine < lease_end + allowance then
-    shift(lease_end + allowance - mine)
+else
+    redis.call('zrem', KEYS[5], owner)
+    if head == owner and mine < lease_end + allowance then
+        shift_deadlines(KEYS[3], lease_end + allowance - mine)
+    end
 end
-if head ~= owner and pttl ~= -2 and retry > allowance then
-    retry = allowance
+redis.call('zadd', KEYS[5], clock + allowance, owner)
+if redis.call('pttl', KEYS[5]) < allowance then
+    redis.call('pexpire', KEYS[5], allowance)
+end
+local beat = math.max(1, math.floor(allowance / 4))
+if retry > beat then
+    retry = beat
 end
 if retry < 1 then
     retry = 1

@@ -4,6 +4,7 @@
 -- KEYS[2]  redisson_lock_queue:{name}
 -- KEYS[3]  redisson_lock_timeout:{name}
 -- KEYS[4]  redisson_lock__channel:{name} (waiter W listens on KEYS[4] .. ':' .. W)
+-- KEYS[5]  aiolock_lock_alive:{name} (zset owner -> heartbeat, server Unix ms)
 -- ARGV[1]  the unlock message, "0"
 -- ARGV[2]  owner id
 -- ARGV[3]  now: Unix ms on the caller's clock
@@ -12,6 +13,8 @@
 --          the lock; 2 if that freed the lock (the first waiter woken).
 -- HDEL comes first, then only deletions and PUBLISH (moving the deadlines is skipped on a
 -- server out of memory), so it goes through under OOM.
+--@include server_ms
+--@include fair_line
 local pttl = redis.call('pttl', KEYS[1])
 if redis.call('hdel', KEYS[1], ARGV[2]) == 0 then
     return 0
@@ -19,25 +22,9 @@ end
 if redis.call('exists', KEYS[1]) == 1 then
     return 1
 end
-local now = tonumber(ARGV[3])
-local head
-while true do
-    head = redis.call('lindex', KEYS[2], 0)
-    if head == false then
-        break
-    end
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline ~= nil and deadline > now then
-        break
-    end
-    redis.call('lpop', KEYS[2])
-    redis.call('zrem', KEYS[3], head)
-end
+local head = first_waiter(KEYS[2], KEYS[3], KEYS[5], tonumber(ARGV[3]), server_ms(), nil)
 if pttl > 0 then
-    local waiting = redis.call('zrange', KEYS[3], 0, -1)
-    for i = 1, #waiting do
-        redis.pcall('zincrby', KEYS[3], -pttl, waiting[i])
-    end
+    shift_deadlines(KEYS[3], -pttl)
 end
 if head ~= false then
     redis.call(ARGV[4], KEYS[4] .. ':' .. head, ARGV[1])

@@ -4,6 +4,7 @@
 -- KEYS[2]  redisson_lock_queue:{name}
 -- KEYS[3]  redisson_lock_timeout:{name}
 -- KEYS[4]  redisson_lock__channel:{name} (waiter W listens on KEYS[4] .. ':' .. W)
+-- KEYS[5]  aiolock_lock_alive:{name} (zset owner -> heartbeat, server Unix ms)
 -- ARGV[1]  the unlock message, "0"
 -- ARGV[2]  lease in milliseconds: while holds remain the TTL is extended to it if shorter
 -- ARGV[3]  owner id
@@ -18,29 +19,9 @@
 -- hold extends it, forward by what was left of it when the lock is freed. The last release
 -- deletes the key before anything that needs memory, so it goes through on a server out of
 -- memory (moving the deadlines is then skipped).
-local function shift(delta)
-    if delta ~= 0 then
-        local waiting = redis.call('zrange', KEYS[3], 0, -1)
-        for i = 1, #waiting do
-            redis.pcall('zincrby', KEYS[3], delta, waiting[i])
-        end
-    end
-end
-
-local now = tonumber(ARGV[4])
-local head
-while true do
-    head = redis.call('lindex', KEYS[2], 0)
-    if head == false then
-        break
-    end
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline ~= nil and deadline > now then
-        break
-    end
-    redis.call('lpop', KEYS[2])
-    redis.call('zrem', KEYS[3], head)
-end
+--@include server_ms
+--@include fair_line
+local head = first_waiter(KEYS[2], KEYS[3], KEYS[5], tonumber(ARGV[4]), server_ms(), nil)
 
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
 if count == nil then
@@ -59,7 +40,7 @@ if count > 1 then
     if pttl < lease then
         redis.call('pexpire', KEYS[1], lease)
         if pttl >= 0 then
-            shift(lease - pttl)
+            shift_deadlines(KEYS[3], lease - pttl)
         end
     end
     return 0
@@ -70,7 +51,7 @@ if redis.call('hlen', KEYS[1]) > 1 then
 end
 redis.call('del', KEYS[1])
 if pttl > 0 then
-    shift(-pttl)
+    shift_deadlines(KEYS[3], -pttl)
 end
 if head ~= false then
     redis.call(ARGV[6], KEYS[4] .. ':' .. head, ARGV[1])

@@ -6,6 +6,7 @@
 -- ARGV[i+1]    the owner id whose hold on KEYS[i] is renewed
 -- Returns      a list of n integers: 1 if KEYS[i] is still held by its owner (its TTL
 --              extended to the lease if shorter), 0 if not, -1 if KEYS[i] is not a hash.
+--@include fair_line
 local renewed = {}
 local lease = tonumber(ARGV[1])
 for i = 1, #KEYS do
@@ -23,10 +24,7 @@ for i = 1, #KEYS do
                 else
                     timeouts = 'redisson_lock_timeout:{' .. KEYS[i] .. '}'
                 end
-                local waiting = redis.call('zrange', timeouts, 0, -1)
-                for j = 1, #waiting do
-                    redis.pcall('zincrby', timeouts, lease - pttl, waiting[j])
-                end
+                shift_deadlines(timeouts, lease - pttl)
             end
         end
         renewed[i] = 1

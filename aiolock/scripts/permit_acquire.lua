@@ -14,8 +14,8 @@
 --          is 1 if the semaphore has no count at all (never set, or deleted), else 0.
 -- Expired permits are returned to the pool first: the count grows by their number and the
 -- new count is published. Times are the server's (TIME), so clients' clocks do not matter.
-local now = redis.call('time')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+--@include server_ms
+local now = server_ms()
 local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now, 'limit', 0, ARGV[4])
 if #expired > 0 then
     redis.call('zrem', KEYS[2], unpack(expired))

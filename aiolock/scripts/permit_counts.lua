@@ -6,8 +6,8 @@
 -- ARGV[2]  how many expired permits one call returns to the pool at most
 -- Returns  {available permits, permits taken}; expired permits are returned to the pool
 --          first (the new count is published).
-local now = redis.call('time')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+--@include server_ms
+local now = server_ms()
 local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now, 'limit', 0, ARGV[2])
 if #expired > 0 then
     redis.call('zrem', KEYS[2], unpack(expired))

@@ -11,8 +11,8 @@
 --          expired and returned, or unknown). The new count is published when it grew.
 -- The first write is a ZREM, which needs no memory: a server out of memory then lets the
 -- whole script run, so permits can always be given back.
-local now = redis.call('time')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+--@include server_ms
+local now = server_ms()
 local score = redis.call('zscore', KEYS[2], ARGV[1])
 local returned = 0
 if score then

@@ -6,13 +6,13 @@
 -- Returns      a list of n integers: 1 if the permit is still held (its expiry moved to the
 --              server's clock now + lease), 0 if not (expired, released, or its semaphore
 --              deleted), -1 if the semaphore's keys have the wrong type. One bad key fails
---              only its own permits.
+--              only its own permits. Runs on a server out of memory (see below).
 -- Each semaphore's side keys are named from its key as Redisson names them (same slot):
 -- {name}:timeout and redisson_sc:{name}, or name:timeout and redisson_sc:name when the name
 -- has a hash tag of its own. The watchdog's calls carry no publish command: PUBLISH.
 local lease = tonumber(ARGV[1])
-local now = redis.call('time')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+--@include server_ms
+local now = server_ms()
 local swept = {}
 local renewed = {}
 for i = 1, #KEYS do
@@ -36,11 +36,19 @@ for i = 1, #KEYS do
     local id = string.gsub(ARGV[i + 1], '%x%x', function(hex)
         return string.char(tonumber(hex, 16))
     end)
-    local score = redis.pcall('zscore', timeouts, id)
-    if type(score) == 'table' then
+    -- ZREM, then ZADD: Redis refuses a command that needs memory on a server out of memory
+    -- only as a script's first write, so the removal (which needs none) goes first, as the
+    -- lock's renewal starts with PEXPIRE: permits stay renewed under OOM as locks do. (A
+    -- set that the removal emptied is made anew: its TTL, if any, is set again.)
+    local ttl = redis.pcall('pttl', timeouts)
+    local held = redis.pcall('zrem', timeouts, id)
+    if type(held) == 'table' then
         renewed[i] = -1
-    elseif score then
+    elseif held == 1 then
         redis.call('zadd', timeouts, now + lease, id)
+        if ttl > 0 then
+            redis.call('pexpire', timeouts, ttl)
+        end
         renewed[i] = 1
     else
         renewed[i] = 0

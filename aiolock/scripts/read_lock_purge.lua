@@ -10,6 +10,7 @@
 -- Returns  0 if the owner held no read count; 1 if its holds were removed and the lock is
 --          still held; 2 if that freed the lock (message published).
 -- Only deletions, PTTL/PEXPIRE and PUBLISH: it runs on a server out of memory.
+--@include read_lock_rest
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
 if count == nil then
     return 0
@@ -18,28 +19,7 @@ redis.call('hdel', KEYS[1], ARGV[2])
 for i = 1, count do
     redis.call('del', KEYS[3] .. ':' .. i)
 end
-if redis.call('hlen', KEYS[1]) > 1 then
-    if redis.call('hget', KEYS[1], 'mode') == 'write' then
-        return 1
-    end
-    local longest = -3
-    local fields = redis.call('hkeys', KEYS[1])
-    for _, field in ipairs(fields) do
-        local holds = tonumber(redis.call('hget', KEYS[1], field))
-        if holds ~= nil then
-            for i = holds, 1, -1 do
-                local ttl = redis.call('pttl', KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. i)
-                if ttl > longest then
-                    longest = ttl
-                end
-            end
-        end
-    end
-    if longest > 0 then
-        redis.call('pexpire', KEYS[1], longest)
-        return 1
-    end
+if read_lock_rest(KEYS[1], KEYS[4], KEYS[2], ARGV[1], ARGV[3]) then
+    return 1
 end
-redis.call('del', KEYS[1])
-redis.call(ARGV[3], KEYS[2], ARGV[1])
 return 2

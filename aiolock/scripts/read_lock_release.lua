@@ -18,6 +18,7 @@
 -- same; they share the lock's hash slot). The first write is a deletion, so on a server out
 -- of memory the rest still runs (Redis refuses memory-growing commands only before a
 -- script's first write).
+--@include read_lock_rest
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     redis.call(ARGV[5], KEYS[2], ARGV[1])
@@ -46,28 +47,5 @@ if count > 1 then
     return 0
 end
 redis.call('hdel', KEYS[1], ARGV[3])
-if redis.call('hlen', KEYS[1]) > 1 then
-    if mode == 'write' then
-        return 1  -- the writer (this owner, which also read) still holds the lock
-    end
-    local longest = -3
-    local fields = redis.call('hkeys', KEYS[1])
-    for _, field in ipairs(fields) do
-        local holds = tonumber(redis.call('hget', KEYS[1], field))
-        if holds ~= nil then
-            for i = holds, 1, -1 do
-                local ttl = redis.call('pttl', KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. i)
-                if ttl > longest then
-                    longest = ttl
-                end
-            end
-        end
-    end
-    if longest > 0 then
-        redis.call('pexpire', KEYS[1], longest)
-        return 1
-    end
-end
-redis.call('del', KEYS[1])
-redis.call(ARGV[5], KEYS[2], ARGV[1])
+read_lock_rest(KEYS[1], KEYS[4], KEYS[2], ARGV[1], ARGV[5])
 return 1

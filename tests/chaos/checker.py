@@ -27,8 +27,8 @@ reports violations of these kinds:
     after subtracting the time its process was stopped (SIGSTOP) or its event loop ran late.
 ``token``
     A fencing token handed out twice, or one not greater than that of a hold that had ended
-    before the acquisition began, on one server's lifetime (a server restarted empty starts
-    its counter again: without persistence nothing can keep it).
+    before the acquisition began, across the server's restarts empty too (a lost counter
+    starts again from the server's clock, above the tokens before it).
 ``latch``
     A latch wait that returned "open" while the latch was provably closed all along.
 ``permits``
@@ -374,7 +374,7 @@ def check(
     report.violations.extend(check_overlaps(campaign.holds))
     report.violations.extend(check_unreported_losses(campaign.holds, campaign.certain_wipes))
     report.violations.extend(check_bounds(campaign, limits))
-    report.violations.extend(check_tokens(campaign.holds, campaign.certain_wipes))
+    report.violations.extend(check_tokens(campaign.holds))
     report.violations.extend(check_latch(campaign.calls, campaign.wipes))
     report.violations.extend(check_permits(campaign))
     report.violations.extend(
@@ -556,49 +556,41 @@ def _began(hold: Hold) -> float:
     return hold.acquire.t0 if hold.acquire is not None else hold.t
 
 
-def check_tokens(holds: Sequence[Hold], wipes: dict[str, list[float]]) -> list[Violation]:
+def check_tokens(holds: Sequence[Hold]) -> list[Violation]:
     violations: list[Violation] = []
     fenced: dict[tuple[str, str], list[tuple[int, Hold]]] = defaultdict(list)
     for hold in holds:
         if hold.token is not None:
             fenced[hold.res[0]].append((hold.token, hold))
     for (server, name), group in fenced.items():
-        times = wipes.get(server, [])
-        epochs: dict[int, list[tuple[int, Hold]]] = defaultdict(list)
-        for token, hold in group:
-            before = sum(1 for t in times if t <= _began(hold))
-            if before == sum(1 for t in times if t <= hold.t):
-                epochs[before].append((token, hold))
-            # else: the server lost its counter during the acquisition
-        for epoch in epochs.values():
-            seen: dict[int, Hold] = {}
-            for token, hold in sorted(epoch, key=lambda item: item[1].t):
-                if token in seen:
-                    violations.append(
-                        Violation(
-                            "token",
-                            f"{name}@{server}: token {token} handed out twice: "
-                            f"{seen[token].describe()}; {hold.describe()}",
-                        )
+        seen: dict[int, Hold] = {}
+        for token, hold in sorted(group, key=lambda item: item[1].t):
+            if token in seen:
+                violations.append(
+                    Violation(
+                        "token",
+                        f"{name}@{server}: token {token} handed out twice: "
+                        f"{seen[token].describe()}; {hold.describe()}",
                     )
-                seen[token] = hold
-            ended = sorted(epoch, key=lambda item: item[1].valid_end)
-            index = 0
-            best: tuple[int, Hold] | None = None
-            for token, hold in sorted(epoch, key=lambda item: _began(item[1])):
-                while index < len(ended) and ended[index][1].valid_end <= _began(hold):
-                    if best is None or ended[index][0] > best[0]:
-                        best = ended[index]
-                    index += 1
-                if best is not None and token <= best[0]:
-                    violations.append(
-                        Violation(
-                            "token",
-                            f"{name}@{server}: {hold.describe()} got token {token}, not above "
-                            f"{best[0]} of {best[1].describe()}, which had ended before the "
-                            "acquisition began",
-                        )
+                )
+            seen[token] = hold
+        ended = sorted(group, key=lambda item: item[1].valid_end)
+        index = 0
+        best: tuple[int, Hold] | None = None
+        for token, hold in sorted(group, key=lambda item: _began(item[1])):
+            while index < len(ended) and ended[index][1].valid_end <= _began(hold):
+                if best is None or ended[index][0] > best[0]:
+                    best = ended[index]
+                index += 1
+            if best is not None and token <= best[0]:
+                violations.append(
+                    Violation(
+                        "token",
+                        f"{name}@{server}: {hold.describe()} got token {token}, not above "
+                        f"{best[0]} of {best[1].describe()}, which had ended before the "
+                        "acquisition began",
                     )
+                )
     return violations
 
 

@@ -100,10 +100,6 @@ def test_on_lost_accepts_every_granted_hold(report: Report) -> None:
     _none(report, "onlost_refused")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 19 symptom 8: a permit is given back when the task that took it ends",
-)
 def test_a_permit_outlives_the_task_that_took_it(report: Report) -> None:
     _none(report, "abandoned")
 

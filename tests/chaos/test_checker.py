@@ -410,13 +410,24 @@ def test_fencing_tokens_grow_and_are_never_reused() -> None:
     assert any("handed out twice" in v.message for v in judge(a, b, d).violations)
 
 
-def test_a_token_counter_wiped_with_its_server_starts_a_new_epoch() -> None:
+def test_a_token_counter_wiped_with_its_server_must_still_grow() -> None:
+    """A restart empty between two holds: the counter starts again from the server's clock,
+    so a token not above the earlier ones is still a violation."""
+    wipe = [{"e": "wipe", "server": "s0", "t": 2.5}]
     a, b = Worker(1), Worker(2)
     h = a.hold("F0@s0", 1.0, 31.0, token=5, kind="fenced_lock")
     a.release(h, 2.0, obj="F0@s0")
     h = b.hold("F0@s0", 3.0, 33.0, asked=2.8, token=1, kind="fenced_lock")
     b.release(h, 3.5, obj="F0@s0")
-    assert judge(a, b, orchestrator=[{"e": "wipe", "server": "s0", "t": 2.5}]).violations == []
+    report = judge(a, b, orchestrator=wipe)
+    assert kinds(report) == ["token"]
+    assert "not above 5" in report.violations[0].message
+    c, d = Worker(1), Worker(2)
+    h = c.hold("F0@s0", 1.0, 31.0, token=5, kind="fenced_lock")
+    c.release(h, 2.0, obj="F0@s0")
+    h = d.hold("F0@s0", 3.0, 33.0, asked=2.8, token=6, kind="fenced_lock")
+    d.release(h, 3.5, obj="F0@s0")
+    assert judge(c, d, orchestrator=wipe).violations == []
 
 
 def test_a_latch_wait_may_not_see_a_closed_latch_open() -> None:
