@@ -280,6 +280,14 @@ async def test_the_printed_acl_rule_lets_every_type_work_under_its_prefix(
     assert app_user.startswith("redis://app1:")
 
 
+def test_the_printed_acl_rule_lets_a_restart_be_noticed(app_user: str) -> None:
+    """aiolock reads the server's run_id on every connection (INFO server): a server restarted
+    empty is noticed at the reconnect and every hold is checked there at once. The printed
+    rule must allow it, or restarts look like mere dropped connections."""
+    with redis.Redis.from_url(app_user) as client:
+        assert client.info("server")["run_id"]
+
+
 @pytest.mark.parametrize("use", sorted(USES))
 async def test_the_printed_acl_rule_refuses_another_prefix(
     app_user: str, r: redis.Redis, use: str

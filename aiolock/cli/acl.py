@@ -4,7 +4,9 @@ application whose lock names all start with ``PREFIX``.
 What a client of aiolock sends, and so what the rule allows:
 
 * on every connection: ``PING`` (health checks), ``CLIENT INFO`` (the connection's id, so that
-  a connection whose reply was lost can be fenced), ``CLIENT SETNAME`` (with a client name),
+  a connection whose reply was lost can be fenced), ``INFO`` (the server's ``run_id``: a server
+  restarted empty is noticed at the reconnect and every hold checked there at once),
+  ``CLIENT SETNAME`` (with a client name),
   ``ROLE`` (Sentinel: is this still the master?), ``SELECT`` (a database other than 0),
   ``WAIT`` (``replica_acks``) and ``CLIENT KILL`` (fencing a connection whose reply was lost:
   without it, see :data:`FENCING`);
@@ -33,6 +35,7 @@ import sys
 from importlib import resources
 
 from .. import keys
+from ..scripts import compose
 from . import inspect as _inspect
 
 SCRIPTS = resources.files("aiolock").joinpath("scripts")
@@ -51,7 +54,7 @@ TYPE_SCRIPTS: dict[str, tuple[str, ...]] = {
 }
 """The script files (by name prefix under ``aiolock/scripts``) each type runs."""
 
-CONNECTION = ("ping", "client|info", "client|setname", "role", "select", "wait")
+CONNECTION = ("ping", "client|info", "info", "client|setname", "role", "select", "wait")
 """What every connection may send besides the scripts (see the module docstring)."""
 FENCING = "client|kill"
 """Fences a connection whose reply was lost (its own, by id). Without it a lock script whose
@@ -67,6 +70,7 @@ _SUFFIXED = {
         keys.LOCK_CHANNEL_PREFIX,
         keys.FAIR_QUEUE_PREFIX,
         keys.FAIR_TIMEOUT_PREFIX,
+        keys.FAIR_ALIVE_PREFIX,
     ),
     _inspect.READ_WRITE_LOCK: (keys.RWLOCK_CHANNEL_PREFIX,),
     _inspect.SEMAPHORE: (keys.SEMAPHORE_CHANNEL_PREFIX,),
@@ -95,7 +99,8 @@ def script_commands(type_: str) -> list[str]:
     found: set[str] = set()
     for script in SCRIPTS.iterdir():
         if script.name.endswith(".lua") and script.name.startswith(TYPE_SCRIPTS[type_]):
-            found.update(c.lower() for c in _CALL.findall(script.read_text(encoding="utf-8")))
+            source = compose(script.read_text(encoding="utf-8"))  # with its shared fragments
+            found.update(c.lower() for c in _CALL.findall(source))
     return sorted(found)
 
 
