@@ -801,7 +801,7 @@ async def _try(
     readonly: Any = None
     for _ in range(rt.config.retry_attempts + 1):
         call = rt.transport.send_now(packed, key=rule.key) or await op.send(packed, give_up_at)
-        sent_at, epoch = call.sent_at, rt.leases.epoch
+        sent_at, epoch = call.sent_at, call.epoch
 
         async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
             await _undo_attempt(op, value, before, lease_ms, renew, sent_at, epoch)
@@ -1157,7 +1157,7 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             except (RedisUnavailableError, asyncio.CancelledError):
                 failed()  # nothing was sent: the cleanup removes the hold
                 raise
-        sent_at, epoch = call.sent_at, rt.leases.epoch
+        sent_at, epoch = call.sent_at, call.epoch
 
         async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
             value = first_reply(value)

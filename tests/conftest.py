@@ -59,6 +59,7 @@ SLOW_MODULES = {
     "tests/test_cluster.py",
     "tests/test_cluster_family.py",
     "tests/test_cluster_seams.py",
+    "tests/test_cluster_watch.py",
     "tests/test_composite_faults.py",
     "tests/test_redlock.py",
     "tests/test_replica_acks.py",
