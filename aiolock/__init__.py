@@ -7,6 +7,8 @@ from .config import Config as Config
 from .default import aclose_default as aclose_default
 from .default import alock as alock
 from .default import configure as configure
+from .default import lock_dependency as lock_dependency
+from .default import locked as locked
 from .errors import AioLockError as AioLockError
 from .errors import ClientClosedError as ClientClosedError
 from .errors import LockError as LockError
@@ -84,6 +86,8 @@ __all__ = [
     "alock",
     "configure",
     "from_url",
+    "lock_dependency",
+    "locked",
     "multi_lock",
     "red_lock",
 ]

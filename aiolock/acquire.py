@@ -812,7 +812,7 @@ async def _try(
     readonly: Any = None
     for _ in range(rt.config.retry_attempts + 1):
         call = rt.transport.send_now(packed, key=rule.key) or await op.send(packed, give_up_at)
-        sent_at, epoch = call.sent_at, rt.leases.epoch
+        sent_at, epoch = call.sent_at, call.epoch
 
         async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
             await _undo_attempt(op, value, before, lease_ms, renew, sent_at, epoch)
@@ -1191,7 +1191,7 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             except (RedisUnavailableError, asyncio.CancelledError):
                 failed()  # nothing was sent: the cleanup removes the hold
                 raise
-        sent_at, epoch = call.sent_at, rt.leases.epoch
+        sent_at, epoch = call.sent_at, call.epoch
 
         async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
             value = first_reply(value)
@@ -1230,12 +1230,15 @@ async def _release_one(op: _Op, deadline: float | None) -> None:
             continue
         if reply is None or type(reply) is bool:  # settled
             outcome = reply
-            if outcome is True and hold.epoch != epoch:
+            if outcome is True and rt.leases.stale(hold, hold.epoch):
                 # Settled by reading a server the hold was never checked on (it restarted,
-                # or another master took over, since the grant): the owner holding nothing
-                # there cannot tell a release that ran from a hold the change wiped.
+                # or another master took over, since the hold was granted or last checked):
+                # the owner holding nothing there cannot tell a release that ran from a
+                # hold the change wiped.
                 raise rt.leases.lose(
-                    hold, f"{rt.leases.change}, before its release was confirmed there", used=1
+                    hold,
+                    f"{rt.leases.change_of(hold)}, before its release was confirmed there",
+                    used=1,
                 )
         elif isinstance(reply, ErrorReply):
             failed()

@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, ParamSpec, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
+from . import decorator
 from .acquire import Rule, Runtime, cleanup_deadline
 from .config import Config
 from .contexts import async_only
@@ -35,6 +36,10 @@ from .transport import ServerSettings, StandaloneTransport, Transport
 from .transport.cluster import ClusterTransport
 from .transport.resolve import SentinelAddress
 
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R", bound="Rule")
 logger = logging.getLogger("aiolock")
@@ -197,6 +202,97 @@ class AioLock:
             raise LockTimeout(f"lock {name!r} not acquired within {wait_time} s", name=name)
         async with _releasing(lock):
             yield lock
+
+    def locked(
+        self,
+        name: str | Callable[..., str],
+        *,
+        wait_time: float | None = None,
+        lease_time: float | None = None,
+        kind: Literal["lock", "fair_lock", "read_lock", "write_lock"] = "lock",
+        guard: bool = True,
+    ) -> Callable[[Callable[P, Coroutine[Any, Any, T]]], Callable[P, Coroutine[Any, Any, T]]]:
+        """Decorate an ``async def`` function so that each call holds the lock ``name``.
+
+        ``name`` is a template filled from the call's arguments, bound to the function's
+        parameters (positional or keyword, defaults applied): ``"order:{order_id}"``,
+        ``"user:{user.id}"``, ``"order:{request.match_info[order_id]}"``; or a function
+        given the call's arguments that returns the name. A template naming no parameter of
+        the function is refused here (TypeError), as is a function that is not ``async def``.
+
+        Each call waits for the lock as long as it takes, or at most ``wait_time`` seconds
+        and then raises :class:`~aiolock.LockTimeout` without running the function.
+        ``lease_time`` and ``kind`` (``"lock"``, ``"fair_lock"``, ``"read_lock"``,
+        ``"write_lock"``) are those of the lock held; a call made while its task already
+        holds the lock re-enters it. The release at the end of the call is shielded and the
+        function's own exception wins over a failed one.
+
+        If the hold is lost during the call: with ``guard`` (the default) the call is
+        cancelled at once, as ``Lock.guard()`` cancels its body, and raises
+        :class:`~aiolock.LockLostError`; with ``guard=False`` it runs to its end and then
+        raises LockLostError instead of returning.
+
+        The decorated function keeps the signature (and typing) of the original, so FastAPI,
+        aiohttp and others read its parameters as before.
+        """
+        return decorator.locked(
+            lambda: self,
+            name,
+            wait_time=wait_time,
+            lease_time=lease_time,
+            kind=kind,
+            guard=guard,
+        )
+
+    def lock_dependency(
+        self,
+        name: str | Callable[[Request], str],
+        *,
+        wait_time: float | None = 0,
+        lease_time: float | None = None,
+        kind: Literal["lock", "fair_lock", "read_lock", "write_lock"] = "lock",
+        guard: bool = True,
+        status_code: int = 429,
+        detail: Any = None,
+        retry_after: float | None = 1,
+    ) -> Callable[[Request], AsyncIterator[Lock]]:
+        """A FastAPI dependency that holds the lock ``name`` for the request:
+        ``Depends(locks.lock_dependency("order:{order_id}"))``.
+
+        ``name`` is a template filled from the request's path parameters, then its query
+        parameters (as strings, or as the path's convertors make them: ``{order_id:int}``),
+        or a function of the request (Starlette's ``Request``) that returns the name. A
+        request without a value the template needs is answered 422.
+
+        The request waits for the lock at most ``wait_time`` seconds (0 by default: not at
+        all; None: as long as it takes); when it runs out the request is answered
+        ``status_code`` (429 by default; 409 and 423 are common too) with ``detail`` and a
+        ``Retry-After: <retry_after>`` header (None: no header), and the endpoint does not
+        run. The dependency's value is the lock held. ``lease_time``, ``kind`` and ``guard``
+        are as for :meth:`locked`: with ``guard`` a lost hold cancels the request's task,
+        which ends with LockLostError (a 500 unless the response was sent already).
+
+        The lock is released when FastAPI runs the dependency's exit code: after the response
+        has been sent (and its background tasks have run) with FastAPI's default,
+        ``Depends(..., scope="request")`` (FastAPI 0.118 and later; 0.110 to 0.117 run it
+        before the response is sent); right after the endpoint returns, before the response
+        is sent, with ``Depends(..., scope="function")`` (FastAPI 0.121 and later).
+
+        FastAPI is imported when the dependency is made; aiolock does not require it.
+        """
+        from .fastapi import lock_dependency
+
+        return lock_dependency(
+            lambda: self,
+            name,
+            wait_time=wait_time,
+            lease_time=lease_time,
+            kind=kind,
+            guard=guard,
+            status_code=status_code,
+            detail=detail,
+            retry_after=retry_after,
+        )
 
     def rule(self, kind: Callable[[str], R], name: str) -> R:
         """The rule of the object ``name`` made by ``kind`` (rules are immutable: lock

@@ -1,4 +1,4 @@
-"""The process default client behind :func:`alock`.
+"""The process default client behind :func:`alock`, :func:`locked` and :func:`lock_dependency`.
 
 :func:`configure` names it (a URL or a ready client); without it the URL is ``AIOLOCK_URL``,
 then ``REDIS_URL``, then ``redis://localhost:6379/0``. A client made from a URL belongs to
@@ -10,13 +10,21 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
+from . import decorator
 from .client import AioLock, from_url
 from .config import Config
 from .keys import check_name
 from .lock import Lock
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 DEFAULT_URL = "redis://localhost:6379/0"
 
@@ -85,3 +93,58 @@ def alock(
     """
     check_name(name)
     return default_client().alock(name, wait_time=wait_time, lease_time=lease_time)
+
+
+def locked(
+    name: str | Callable[..., str],
+    *,
+    wait_time: float | None = None,
+    lease_time: float | None = None,
+    kind: Literal["lock", "fair_lock", "read_lock", "write_lock"] = "lock",
+    guard: bool = True,
+) -> Callable[[Callable[P, Coroutine[Any, Any, T]]], Callable[P, Coroutine[Any, Any, T]]]:
+    """:meth:`AioLock.locked` on the default client, looked up at each call (so a module
+    can decorate its functions before :func:`configure` runs, e.g. in an app's startup).
+
+    ``@aiolock.locked("order:{order_id}", wait_time=0.5)`` on an ``async def`` function:
+    each call holds the lock named from its arguments, waiting at most ``wait_time``
+    seconds and then raising :class:`~aiolock.LockTimeout`.
+    """
+    return decorator.locked(
+        default_client,
+        name,
+        wait_time=wait_time,
+        lease_time=lease_time,
+        kind=kind,
+        guard=guard,
+    )
+
+
+def lock_dependency(
+    name: str | Callable[[Request], str],
+    *,
+    wait_time: float | None = 0,
+    lease_time: float | None = None,
+    kind: Literal["lock", "fair_lock", "read_lock", "write_lock"] = "lock",
+    guard: bool = True,
+    status_code: int = 429,
+    detail: Any = None,
+    retry_after: float | None = 1,
+) -> Callable[[Request], AsyncIterator[Lock]]:
+    """:meth:`AioLock.lock_dependency` on the default client, looked up at each request:
+    ``Depends(aiolock.lock_dependency("order:{order_id}"))`` holds the lock for the request
+    and answers 429 when it is busy. Needs FastAPI (imported when the dependency is made).
+    """
+    from .fastapi import lock_dependency as make
+
+    return make(
+        default_client,
+        name,
+        wait_time=wait_time,
+        lease_time=lease_time,
+        kind=kind,
+        guard=guard,
+        status_code=status_code,
+        detail=detail,
+        retry_after=retry_after,
+    )

@@ -41,17 +41,22 @@ when the command was *sent*, plus the lease, minus a small drift. A timer marks 
 at that deadline unless a renewal was confirmed first, so the holder learns of the loss no
 later than the server expires the key.
 
-The server behind the transport can change under the holds: a failover names another master
-(whose data lacks what had not replicated yet), or a server restarts empty (another
-``run_id``). The transport tells the registry (:meth:`Leases.server_changed`), which counts
-*epochs*: every change starts a new one, and every hold is checked on the new server at once
-with the watchdog's own renewal scripts and batches (a hold with a ``lease_time`` is checked
-with what is left of its lease, which a check never lengthens). A hold absent there is lost
-now. A reply to a command sent in an earlier epoch came from the server that was (a deposed
-master, a run that is gone): a grant in it is no grant, a renewal in it confirms nothing, and
-a release confirmed by it, or settled on the new server, cannot tell a released hold from one
-the change wiped, so it is reported lost. A nested grant onto a hold not checked again since
-the change is lost too: the acquire may have recreated the hold it claims to re-enter.
+The server behind the transport can change under the holds: a failover names another
+master (whose data lacks what had not replicated yet), a cluster's slot is served by another
+node (a failover, a migration), or a server restarts empty (another ``run_id``). The transport
+counts *epochs* (``Transport.epoch``: every change starts a new one), says which keys a change
+concerns (``Transport.epoch_of``: on one server every key, on a cluster the keys of the slots
+that changed) and tells the registry (:meth:`Leases.server_changed`): every hold whose server
+changed since it was last checked is checked on the new server at once, with the watchdog's
+own renewal scripts and batches (a hold with a ``lease_time`` is checked with what is left of
+its lease, which a check never lengthens). A hold absent there is lost now; the others are
+not touched. A reply to a command sent (``Call.epoch``) before a change that may have lost
+writes (``Transport.loss_epoch_of``: a failover, a restart; a slot migration moves the keys
+whole) came from the server that was (a deposed master, a run that is gone): a grant in it is
+no grant, a renewal in it confirms nothing, and a release confirmed by it, or settled on the
+new server, cannot tell a released hold from one the change wiped, so it is reported lost. A
+nested grant onto a hold not checked again since its server changed is lost too: the acquire
+may have recreated the hold it claims to re-enter.
 """
 
 from __future__ import annotations
@@ -84,6 +89,8 @@ DRIFT_FACTOR = 0.01
 DRIFT_MIN = 0.002
 #: holds renewed by one script call at most
 BATCH = 100
+#: server changes whose words are kept for messages
+_CHANGES_KEPT = 64
 
 LostCallback = Callable[[LockLostError], Any]
 Cleanup = Callable[["Hold"], Awaitable[None]]
@@ -192,7 +199,7 @@ class Hold:
         self.renewal: Renewal | None = None
         #: how it is checked on the server after a server change (the type's renewal script)
         self.check: Renewal | None = None
-        #: the server epoch (Leases.epoch) in which it was last granted or checked
+        #: the server epoch (Transport.epoch) in which it was last granted or checked
         self.epoch = 0
         #: what to run in the background to remove it from the server (lost, abandoned)
         self.cleanup: Cleanup | None = None
@@ -293,10 +300,8 @@ class Leases:
         self._watched: dict[str, tuple[asyncio.Task[Any], Callable[[object], None]]] = {}
         #: the client closed: no new holds
         self.closed = False
-        #: changes of the server behind the transport so far (see the module docstring)
-        self.epoch = 0
-        #: what the latest change was, for messages
-        self.change = ""
+        #: what the latest changes were (epoch -> words), for messages
+        self._changes: dict[int, str] = {}
         self.watchdog = Watchdog(client_id, self, transport, config)
         transport.watch(self)
 
@@ -427,25 +432,26 @@ class Leases:
     ) -> bool:
         """One more count was granted by a command sent at ``sent_at``, in server epoch
         ``epoch`` (None: not known). False if it came after its own lease ran out, or from a
-        server that is not the one now (the server changed since it was sent): then it is no
-        grant (the caller removes what it took on the server); a nested grant never ends the
-        hold it re-enters early: the scripts only extend a TTL, so the hold's own deadline
-        still stands. A nested grant from another epoch, or onto a hold not checked since the
-        server changed, loses the hold (False): it cannot tell whether the hold was still
-        there.
+        server that is not the one now (the server serving the object changed since it was
+        sent): then it is no grant (the caller removes what it took on the server); a nested
+        grant never ends the hold it re-enters early: the scripts only extend a TTL, so the
+        hold's own deadline still stands. A nested grant from such a server, or onto a hold
+        not checked since its server changed, loses the hold (False): it cannot tell whether
+        the hold was still there.
 
         A hold is renewed by the watchdog if any of its counts was taken without a lease;
         lock scripts only ever extend a TTL, so a short nested lease never shortens it.
         ``check`` is how the hold is checked after a server change (every hold has one)."""
         first = hold.count == 0
-        if epoch is not None and (epoch != self.epoch or (not first and hold.epoch != epoch)):
-            if not first and hold.state is HoldState.HELD:
-                self.lose(
-                    hold,
-                    f"{self.change}, and a nested acquire could not tell whether it was still "
-                    "there",
-                )
-            return False
+        if epoch is not None:
+            if self.stale(hold, epoch) or (not first and hold.epoch < self.epoch_of(hold)):
+                if not first and hold.state is HoldState.HELD:
+                    self.lose(
+                        hold,
+                        f"{self.change_of(hold)}, and a nested acquire could not tell whether "
+                        "it was still there",
+                    )
+                return False
         hold.cleanup = cleanup
         if first:
             now = asyncio.get_running_loop().time()
@@ -512,7 +518,7 @@ class Leases:
     ) -> LockLostError | None:
         """A release of one of several counts was confirmed (the script extended the lease
         to the hold's lease); see :meth:`released` for ``epoch`` and what is returned."""
-        if hold.state is HoldState.LOST or (epoch is not None and epoch != self.epoch):
+        if hold.state is HoldState.LOST or (epoch is not None and self.stale(hold, epoch)):
             return self.released(hold, epoch)
         hold.count -= 1
         self._confirm(hold, sent_at, hold.lease_ms)
@@ -530,8 +536,10 @@ class Leases:
         may never have had, and an outcome settled on a restarted server cannot tell a
         released hold from one the restart wiped. The hold is then lost instead, this unlock
         using one of its counts, and the error to raise is returned."""
-        if epoch is not None and epoch != self.epoch:
-            return self.lose(hold, f"{self.change}, before its release was confirmed there", used=1)
+        if epoch is not None and self.stale(hold, epoch):
+            return self.lose(
+                hold, f"{self.change_of(hold)}, before its release was confirmed there", used=1
+            )
         if hold.state is HoldState.LOST:
             # Lost here while its release was in flight, yet the release ran: that unlock
             # used its count (a cleanup still removes whatever else is left).
@@ -654,11 +662,33 @@ class Leases:
 
     # -- the server changes (transport.Watcher) -----------------------------------------------
 
+    @property
+    def epoch(self) -> int:
+        """Changes of the servers behind the transport so far (see the module docstring)."""
+        return self._transport.epoch
+
+    def epoch_of(self, hold: Hold) -> int:
+        """The epoch of the last change of the server serving ``hold``'s object: a hold
+        last granted or checked before it is to be checked there."""
+        return self._transport.epoch_of(hold.name)
+
+    def stale(self, hold: Hold, epoch: int) -> bool:
+        """Whether a reply about ``hold``'s object to a command sent in ``epoch`` came from a
+        server whose writes may be gone where the object is served now (a failover, a
+        restart: not a slot migration, which moves the keys whole)."""
+        return epoch < self._transport.loss_epoch_of(hold.name)
+
+    def change_of(self, hold: Hold) -> str:
+        """What the last change of the server serving ``hold``'s object was, in words."""
+        return self._changes.get(self.epoch_of(hold), "the server changed")
+
     def server_changed(self, why: str) -> None:
-        """The transport reached another server (a failover, a restart: see the module
-        docstring): a new epoch begins, and every hold is checked there at once."""
-        self.epoch += 1
-        self.change = f"the server changed ({why})"
+        """The transport reached another server for some keys (a failover, a migration, a
+        restart: see the module docstring): a new epoch begins, and every hold on those
+        keys is checked there at once."""
+        self._changes[self.epoch] = f"the server changed ({why})"
+        while len(self._changes) > _CHANGES_KEPT:
+            del self._changes[next(iter(self._changes))]
         if any(hold.state is HoldState.HELD for hold in self.holds.values()):
             self.watchdog.revalidate(self.epoch)
 
@@ -882,6 +912,7 @@ class Watchdog:
         epoch = leases.epoch
         try:
             call = await self._transport.send(packed, key=keys[0])
+            epoch = call.epoch
             replies = await call.future
         except Exception as exc:  # NotSent, or anything unforeseen: try again next tick
             replies = exc
@@ -903,7 +934,8 @@ class Watchdog:
             if len(slots) > 1:
                 await asyncio.gather(*(self._renew(script, group) for group in slots.values()))
                 return
-        stale = epoch != leases.epoch  # the reply of a server that is not the one now
+        # the reply of a server that is not the one serving them now
+        stale = any(leases.stale(hold, epoch) for hold in holds)
         if isinstance(replies, ErrorReply | OutcomeUnknown | Exception) or stale:
             if not stale:
                 self._warn(
@@ -928,8 +960,8 @@ class Watchdog:
                 if not checking:
                     leases.confirmed(hold, sent_at, self._lease_ms)
                     self._schedule(hold, sent_at + self.period)
-            elif hold.epoch < epoch:
-                leases.lose(hold, f"{leases.change}, and the lock is not there")
+            elif hold.epoch < leases.epoch_of(hold):
+                leases.lose(hold, f"{leases.change_of(hold)}, and the lock is not there")
             else:
                 why = "the key is not a lock any more" if renewed == -1 else "gone"
                 leases.lose(hold, f"the watchdog found the lock {why} (expired or force-unlocked)")
@@ -937,7 +969,8 @@ class Watchdog:
     # -- after a server change ---------------------------------------------------------------
 
     def revalidate(self, epoch: int) -> None:
-        """Check every hold on the server of ``epoch`` now (see the module docstring)."""
+        """Check every hold whose server changed since its last check, now (see the module
+        docstring); ``epoch`` is the latest."""
         if self._closed:
             return
         task = asyncio.get_running_loop().create_task(self._revalidate(epoch))
@@ -945,9 +978,10 @@ class Watchdog:
         task.add_done_callback(self._checks.discard)
 
     async def _revalidate(self, epoch: int) -> None:
-        """Check the holds not yet checked in ``epoch``, in the watchdog's batches (renewing
-        those it renews), until each is checked or lost, or the server changes again (a
-        newer round takes over); a check that failed is tried again with backoff."""
+        """Check the holds not checked since their server changed, in the watchdog's
+        batches (renewing those it renews), until each is checked or lost, or a server
+        changes again (a newer round takes over: epoch ``epoch`` is over); a check that
+        failed is tried again with backoff."""
         loop = asyncio.get_running_loop()
         leases = self._leases
         delay, max_delay = self._retry_delay
@@ -956,7 +990,8 @@ class Watchdog:
                 pending = [
                     hold
                     for hold in list(leases.holds.values())
-                    if hold.epoch < epoch and leases.current(hold).state is HoldState.HELD
+                    if hold.epoch < leases.epoch_of(hold)
+                    and leases.current(hold).state is HoldState.HELD
                 ]
                 if not pending:
                     return
@@ -967,7 +1002,9 @@ class Watchdog:
                         batch = (hold.renewal.script, self._transport.batch_key(hold.renewal.key))
                         groups.setdefault(batch, []).append(hold)
                     elif hold.check is None:
-                        leases.lose(hold, f"{leases.change}, and the lock cannot be checked")
+                        leases.lose(
+                            hold, f"{leases.change_of(hold)}, and the lock cannot be checked"
+                        )
                     else:
                         left = math.floor((hold.deadline - loop.time()) * 1000)
                         if left >= 1:  # else its deadline marks it lost
@@ -978,7 +1015,10 @@ class Watchdog:
                     for start in range(0, len(holds), BATCH)
                 )
                 await asyncio.gather(*calls)
-                if any(hold.epoch < epoch and hold.state is HoldState.HELD for hold in pending):
+                if any(
+                    hold.epoch < leases.epoch_of(hold) and hold.state is HoldState.HELD
+                    for hold in pending
+                ):
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, max_delay)
         except Exception:  # never expected; the watchdog's own ticks still renew

@@ -1,8 +1,9 @@
 """Shared fixtures: real Redis servers (aiolock.testing) and a fault-injection proxy.
 
-Set AIOLOCK_TEST_REDIS_URL to run against an existing server instead of launching one; it is
-FLUSHALLed before every test that asks for ``redis_url``, and fixtures that kill, pause or
-restart a server skip.
+The session server, the emptied URL and the proxy are aiolock's own pytest plugin's
+(aiolock.testing.pytest_plugin), under the names the suites use. Set AIOLOCK_TEST_REDIS_URL to
+run against an existing server instead of launching one; its database is FLUSHDBed before
+every test that asks for ``redis_url``, and fixtures that kill, pause or restart a server skip.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from aiolock.testing import (
 )
 from tests.peers import Peers
 
+#: pytester runs the plugin's users' suites (tests/test_testing_plugin.py).
+pytest_plugins = ["pytester", "aiolock.testing.pytest_plugin"]
+
 
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
@@ -46,7 +50,8 @@ def pytest_asyncio_loop_factories(
 # -- the fast subset: pytest -m "not slow" ------------------------------------------------------
 
 #: Suites of faults on several servers or processes: clusters, Sentinel, replicas, red locks
-#: over several masters, processes killed mid-run, the watchdog's timing; and the benchmarks.
+#: over several masters, processes killed mid-run, the watchdog's timing; the pytest plugin's
+#: users' suites (a pytest each, in a subprocess); and the benchmarks.
 SLOW_MODULES = {
     "tests/test_benchmark_cluster.py",
     "tests/test_benchmark_composite.py",
@@ -54,6 +59,7 @@ SLOW_MODULES = {
     "tests/test_cluster.py",
     "tests/test_cluster_family.py",
     "tests/test_cluster_seams.py",
+    "tests/test_cluster_watch.py",
     "tests/test_composite_bounds.py",
     "tests/test_composite_faults.py",
     "tests/test_redlock.py",
@@ -62,6 +68,7 @@ SLOW_MODULES = {
     "tests/test_semaphore_processes.py",
     "tests/test_sentinel.py",
     "tests/test_testing_cluster.py",
+    "tests/test_testing_plugin.py",
     "tests/test_testing_sentinel.py",
     "tests/test_watchdog.py",
 }
@@ -124,6 +131,7 @@ SLOW_TESTS = {
     "tests/test_redisson_interop.py::test_a_peer_waits_for_our_expiring_permit",
     "tests/test_rwlock.py::test_read_holds_are_renewed_by_the_watchdog",
     "tests/test_synchronizer_attacks.py::test_a_chaotic_link_leaves_the_count_exact",
+    "tests/test_testing_process_helper.py::test_a_cluster_wait_that_times_out_shows_the_log_of_a_node_that_died",
     "tests/test_transport.py::test_a_loop_held_up_past_command_timeout_drops_no_link",
     "tests/test_transport.py::test_bounds_hold_against_a_stalled_server",
     "tests/test_transport.py::test_redis_py_socket_timeouts_are_not_needed",
@@ -148,14 +156,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer | ExternalRedis]:
+def redis_server(aiolock_redis_server: RedisServer | ExternalRedis) -> RedisServer | ExternalRedis:
     """One Redis server for the whole session (or the AIOLOCK_TEST_REDIS_URL stand-in)."""
-    url = external_redis_url()
-    if url is not None:
-        yield ExternalRedis(url)
-        return
-    with RedisServer() as server:
-        yield server
+    return aiolock_redis_server
 
 
 @pytest.fixture(scope="session")
@@ -196,17 +199,10 @@ def cluster_url(healthy_cluster: LocalCluster) -> str:
 
 
 @pytest.fixture
-def redis_url(redis_server: RedisServer | ExternalRedis) -> str:
-    """The session server's URL, FLUSHALLed first so every test starts on an empty database."""
-    if isinstance(redis_server, RedisServer):
-        # A test that broke the shared server must not break the ones after it.
-        if redis_server.is_paused:
-            redis_server.resume()
-        if not redis_server.is_running:
-            redis_server.restart()
-    with redis.Redis.from_url(redis_server.url, socket_timeout=10) as client:
-        client.flushall()
-    return redis_server.url
+def redis_url(aiolock_redis_url: str) -> str:
+    """The session server's URL, emptied first so every test starts on an empty database (and
+    brought back first, should an earlier test have paused or killed it)."""
+    return aiolock_redis_url
 
 
 @pytest.fixture
@@ -235,10 +231,9 @@ def fresh_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[TcpProxy]:
+def proxy(aiolock_proxy: TcpProxy) -> TcpProxy:
     """A started TcpProxy in front of the clean session server; connect through ``proxy.url``."""
-    async with TcpProxy.for_url(redis_url) as tcp_proxy:
-        yield tcp_proxy
+    return aiolock_proxy
 
 
 # --- aiolock fixtures below ---

@@ -328,7 +328,17 @@ def test_public_api() -> None:
         name
         for name in vars(aiolock)
         if (not name.startswith("_") and name[0].isupper())
-        or name in {"from_url", "configure", "alock", "aclose_default", "multi_lock", "red_lock"}
+        or name
+        in {
+            "from_url",
+            "configure",
+            "alock",
+            "aclose_default",
+            "locked",
+            "lock_dependency",
+            "multi_lock",
+            "red_lock",
+        }
     )
     for name in aiolock.__all__:
         assert getattr(aiolock, name).__module__.startswith("aiolock")

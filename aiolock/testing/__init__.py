@@ -20,6 +20,9 @@ Everything here talks to real software, never to a mock, and only on ``127.0.0.1
   server at ``maxclients``.
 * :func:`external_redis_url` reads ``AIOLOCK_TEST_REDIS_URL``, the way to point a test suite at
   an already-running server instead of launching one.
+* :mod:`aiolock.testing.pytest_plugin` is a pytest plugin (opt-in:
+  ``pytest_plugins = ["aiolock.testing.pytest_plugin"]``) with a session server, a URL emptied
+  per test, an aiolock client and a proxy as fixtures.
 
 Example::
 

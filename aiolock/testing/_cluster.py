@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
-from typing import Any, Final, Literal, Self, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, Literal
 
 import redis
 import redis.asyncio.cluster
 from redis.crc import key_slot
 
-from ._control import ControlClient, wait_until
-from ._control import NotYet as _NotYet
+from ._group import ControlClient, NotYet, ServerGroup, answering
 from ._server import RedisServer
 
 SLOTS: Final = 16384
 _MIGRATE_BATCH: Final = 100
 _MIGRATE_TIMEOUT_MS: Final = 5000
-_T = TypeVar("_T")
 
 Role = Literal["master", "replica"]
 
@@ -79,14 +76,16 @@ class LocalClusterNode:
     """One ``redis-server`` of a :class:`LocalCluster`. Its role can change (failover), its
     identity (:attr:`node_id`, port, directory) does not, across kills and restarts too."""
 
-    def __init__(self, server: RedisServer, index: int) -> None:
+    def __init__(
+        self, server: RedisServer, index: int, control: ControlClient | None = None
+    ) -> None:
         self.server = server
         """The process: :meth:`RedisServer.kill`, ``.pause()`` etc. work on it directly too."""
         self.index = index
         """Position in :attr:`LocalCluster.nodes` (the first ``masters`` started as masters)."""
         self.node_id = ""
         """The cluster node id (``CLUSTER MYID``), known once the cluster has started."""
-        self._control = ControlClient(server.host, server.port)
+        self._control = control if control is not None else ControlClient(server)
         self._slots: tuple[tuple[int, int], ...] = ()  # last slots seen owned, for failovers
 
     @property
@@ -132,16 +131,13 @@ class LocalClusterNode:
         raw replies except the few redis-py parses, e.g. ``INFO`` gives a dict)."""
         return self._control.execute(*args)
 
-    def _close_client(self) -> None:
-        self._control.close()
-
     def __repr__(self) -> str:
         state = "paused" if self.is_paused else "running" if self.is_running else "stopped"
         node_id = self.node_id[:8] or "?"
         return f"<LocalClusterNode #{self.index} {self.host}:{self.port} id={node_id} {state}>"
 
 
-class LocalCluster:
+class LocalCluster(ServerGroup):
     """A Redis Cluster of local ``redis-server`` processes, for tests; no Docker.
 
     ``masters`` masters with ``replicas_per_master`` replicas each (3 + 3 by default), every
@@ -196,7 +192,7 @@ class LocalCluster:
             raise ValueError("need masters >= 1 and replicas_per_master >= 0")
         if isinstance(extra_args, str):
             raise TypeError("extra_args must be a sequence of arguments, not a str")
-        self.timeout = startup_timeout
+        super().__init__(startup_timeout)
         self._masters_count = masters
         args = [
             "--cluster-node-timeout", str(round(node_timeout * 1000)),
@@ -205,12 +201,12 @@ class LocalCluster:
             *extra_args,
         ]  # fmt: skip
         count = masters * (1 + replicas_per_master)
+        servers = [RedisServer(args, binary=binary, cluster=True) for _ in range(count)]
         self._nodes = [
-            LocalClusterNode(RedisServer(args, binary=binary, cluster=True), index)
-            for index in range(count)
+            LocalClusterNode(server, index, self._control(server))
+            for index, server in enumerate(servers)
         ]
         self._migrations: dict[int, tuple[LocalClusterNode, LocalClusterNode]] = {}
-        self._started = False
 
     # -- addresses ----------------------------------------------------------------------------
 
@@ -283,23 +279,6 @@ class LocalCluster:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def start(self) -> Self:
-        """Start every node, build the cluster, wait until it is healthy. No-op if started.
-
-        Raises:
-            RuntimeError: a node did not start (the message has its log).
-            TimeoutError: the cluster did not settle within ``startup_timeout``.
-        """
-        if self._started:
-            return self
-        self._started = True
-        try:
-            self._create()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
     def _create(self) -> None:
         for node in self._nodes:
             node.server.start()
@@ -322,25 +301,8 @@ class LocalCluster:
         self.wait_until_healthy()
 
     def stop(self) -> None:
-        """Kill every node (SIGKILL: the data is thrown away anyway), reap it, remove its
-        directory. Idempotent."""
-        for node in self._nodes:
-            node._close_client()
-            node.server.kill()
-            node.server.stop()
+        super().stop()
         self._migrations.clear()
-        self._started = False
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         running = sum(node.is_running for node in self._nodes)
@@ -355,7 +317,6 @@ class LocalCluster:
         """
         with contextlib.suppress(redis.RedisError, OSError, LookupError):
             self._remember_slots(self._any_view())
-        node._close_client()
         node.server.kill()
 
     def pause(self, node: LocalClusterNode) -> None:
@@ -374,7 +335,6 @@ class LocalCluster:
         cluster is healthy with it. It keeps its id and rejoins: a master whose slots went to
         a replica meanwhile comes back as that replica's replica. No persistence: a master
         restarted before any failover comes back empty, and its replicas resync from it."""
-        node._close_client()
         node.server.restart()
         self.wait_until_healthy(timeout)
 
@@ -384,11 +344,9 @@ class LocalCluster:
         For a shared cluster fixture: what a test broke does not break the next one. Slot
         migrations left halfway are finished. Roles may differ from the start.
         """
+        self._resume_paused()
         for node in self._nodes:
-            if node.is_paused:
-                node.server.resume()
             if not node.is_running:
-                node._close_client()
                 node.server.restart()
         for slot in list(self._migrations):
             self.finish_slot_migration(slot)
@@ -408,7 +366,7 @@ class LocalCluster:
         def promoted() -> None:
             for view in self._views():
                 if not view[replica.node_id].is_master or not view[replica.node_id].slots:
-                    raise _NotYet(f"{replica!r} is not a master with slots in every view yet")
+                    raise NotYet(f"{replica!r} is not a master with slots in every view yet")
             self._check_healthy()
 
         self._wait(promoted, timeout, f"failover to {replica!r}")
@@ -437,7 +395,7 @@ class LocalCluster:
             owners = {_owner(view, slot) for view in self._views() for slot in ends}
             if len(owners) != 1 or None in owners or master.node_id in owners:
                 names = sorted(owner or "nobody" for owner in owners)
-                raise _NotYet(f"its slots are served by {names}, not by one other node")
+                raise NotYet(f"its slots are served by {names}, not by one other node")
             self._check_healthy()
             return self._by_id(next(iter(owners)) or "")
 
@@ -512,7 +470,7 @@ class LocalCluster:
         def moved() -> None:
             for view in self._views():
                 if not _owns(view[target.node_id].slots, slot):
-                    raise _NotYet(f"not every node sees slot {slot} on {target!r} yet")
+                    raise NotYet(f"not every node sees slot {slot} on {target!r} yet")
             self._check_healthy()
 
         self._wait(moved, timeout, f"slot {slot} on {target!r}")
@@ -528,9 +486,12 @@ class LocalCluster:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _processes(self) -> list[RedisServer]:
+        return [node.server for node in self._nodes]
+
     def _live(self) -> list[LocalClusterNode]:
         """Running, unpaused nodes: the ones that can answer."""
-        return [node for node in self._nodes if node.is_running and not node.is_paused]
+        return [node for node in self._nodes if answering(node.server)]
 
     def _by_id(self, node_id: str) -> LocalClusterNode:
         for node in self._nodes:
@@ -544,7 +505,7 @@ class LocalCluster:
     def _views(self) -> list[dict[str, _Entry]]:
         live = self._live()
         if not live:
-            raise _NotYet("no node is running")
+            raise NotYet("no node is running")
         return [self._view(node) for node in live]
 
     def _any_view(self) -> dict[str, _Entry]:
@@ -566,7 +527,7 @@ class LocalCluster:
             view = self._view(node)
             known = {entry.node_id for entry in view.values() if not entry.failing}
             if known != ids:
-                raise _NotYet(f"{node!r} knows {len(known)} of {len(ids)} nodes")
+                raise NotYet(f"{node!r} knows {len(known)} of {len(ids)} nodes")
 
     def _check_healthy(self) -> None:
         live = self._live()
@@ -576,7 +537,7 @@ class LocalCluster:
         for node in live:
             info = node.execute("CLUSTER", "INFO")
             if "cluster_state:ok" not in info:
-                raise _NotYet(f"{node!r} says cluster_state is not ok")
+                raise NotYet(f"{node!r} says cluster_state is not ok")
             view = self._view(node)
             views.append(view)
             slot_map = tuple(
@@ -589,9 +550,9 @@ class LocalCluster:
             )
             covered = sum(high - low + 1 for low, high, _ in slot_map)
             if covered != SLOTS:
-                raise _NotYet(f"{node!r} sees {covered} of {SLOTS} slots served")
+                raise NotYet(f"{node!r} sees {covered} of {SLOTS} slots served")
             if not {owner for _, _, owner in slot_map} <= live_ids:
-                raise _NotYet(f"{node!r} sees slots served by a node that is down")
+                raise NotYet(f"{node!r} sees slots served by a node that is down")
             roles = tuple(
                 sorted(
                     (i, view[i].is_master, view[i].master_id or "") for i in live_ids if i in view
@@ -599,41 +560,16 @@ class LocalCluster:
             )
             layouts.add((slot_map, roles))
         if len(layouts) > 1:
-            raise _NotYet("the nodes do not agree on the slots and roles yet")
+            raise NotYet("the nodes do not agree on the slots and roles yet")
         for view in views:
             for node_id in live_ids:
                 if node_id not in view or view[node_id].failing:
-                    raise _NotYet(f"some node sees {self._by_id(node_id)!r} as failing")
+                    raise NotYet(f"some node sees {self._by_id(node_id)!r} as failing")
         for node in live:
             entry = views[0][node.node_id]
-            info = node.execute("INFO", "replication")
-            if entry.is_master:
-                if info.get("role") != "master":
-                    raise _NotYet(f"{node!r} is a master to the others but not to itself")
-                continue
-            master = self._by_id(entry.master_id) if entry.master_id else None
-            if (
-                info.get("role") != "slave"
-                or master is None
-                or info.get("master_port") != master.port
-                or info.get("master_link_status") != "up"
-                or info.get("master_sync_in_progress") != 0
-            ):
-                raise _NotYet(f"replica {node!r} is not in sync with {master!r}")
+            master = node if entry.is_master else self._by_id(entry.master_id or "")
+            self._check_replication(node.server, master.server)
         self._remember_slots(views[0])
 
-    def _wait(self, check: Callable[[], _T], timeout: float | None, what: str) -> _T:
-        return wait_until(
-            check, self.timeout if timeout is None else timeout, what, self._diagnostics
-        )
-
-    def _diagnostics(self) -> str:
-        lines = []
-        for node in self._nodes:
-            lines.append(f"--- {node!r}")
-            if node.is_running and not node.is_paused:
-                try:
-                    lines.append(str(node.execute("CLUSTER", "NODES")).strip())
-                except (redis.RedisError, OSError) as exc:
-                    lines.append(f"<no answer: {exc!r}>")
-        return "\n".join(lines)
+    def _describe(self, process: RedisServer) -> str:
+        return str(self._execute(process, "CLUSTER", "NODES")).strip()

@@ -1,26 +1,17 @@
 """Finding something to test against: an existing server, a ``redis-server`` binary, Docker.
 
-Also the small socket helpers every other module of :mod:`aiolock.testing` uses (a free port, a
-PING over a plain socket) and the reaping of the processes they start.
+Which binary every server, cluster node and Sentinel of :mod:`aiolock.testing` runs is decided
+here, by :func:`find_redis_server_binary`, and nowhere else.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import functools
 import importlib.util
 import os
-import queue
 import re
 import shutil
-import socket
 import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,7 +33,8 @@ def external_redis_url() -> str | None:
     """Return ``$AIOLOCK_TEST_REDIS_URL`` when it is set and not blank, else ``None``.
 
     When it is set, test fixtures use that server instead of launching one, and fixtures that
-    need to kill, pause or restart a server skip. Note that the fixtures FLUSHALL it.
+    need to kill, pause or restart a server skip. Note that the fixtures empty the URL's
+    database (FLUSHDB) before every test.
     """
     url = os.environ.get(ENV_TEST_REDIS_URL, "").strip()
     return url or None
@@ -185,123 +177,3 @@ def docker_available() -> bool:
             client.close()
     except Exception:
         return False
-
-
-# --------------------------------------------------------------------------------------------
-# Sockets
-# --------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCALHOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def port_is_free(port: int) -> bool:
-    """True if ``127.0.0.1:port`` can be bound right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((LOCALHOST, port))
-        except OSError:
-            return False
-        return True
-
-
-def ping(host: str, port: int, timeout: float) -> bool:
-    """Send an inline ``PING`` over a plain socket; True if ``+PONG`` comes back in time."""
-    deadline = time.monotonic() + timeout
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(b"PING\r\n")
-            reply = b""
-            while b"\r\n" not in reply:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                sock.settimeout(remaining)
-                chunk = sock.recv(64)
-                if not chunk:
-                    return False
-                reply += chunk
-            return reply.startswith(b"+PONG")
-    except OSError:  # refused, reset, timed out
-        return False
-
-
-# --------------------------------------------------------------------------------------------
-# Reaping
-# --------------------------------------------------------------------------------------------
-
-
-live_processes: set[subprocess.Popen[bytes]] = set()
-"""Every child process started by this package and not yet reaped."""
-
-
-def _die_with_parent_prefix() -> list[str]:
-    """``setpriv --pdeathsig KILL`` (Linux, util-linux), or nothing where that is missing."""
-    if not sys.platform.startswith("linux"):
-        return []
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv is not None else []
-
-
-_spawn_requests: queue.SimpleQueue[
-    tuple[Callable[[], subprocess.Popen[bytes]], Future[subprocess.Popen[bytes]]]
-] = queue.SimpleQueue()
-_spawner_lock = threading.Lock()
-_spawner: threading.Thread | None = None
-
-
-def _spawn_forever() -> None:
-    while True:
-        start, result = _spawn_requests.get()
-        try:
-            result.set_result(start())
-        except BaseException as exc:
-            result.set_exception(exc)
-
-
-def start_process(argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[bytes]:
-    """``subprocess.Popen(argv)``, so that the child dies with this process and is reaped.
-
-    atexit does not run when the test runner is killed (SIGKILL, or SIGTERM from a CI timeout);
-    the kernel's parent-death signal (``setpriv --pdeathsig KILL``) still kills the child then.
-    That signal fires when the *thread* that forked the child exits, so from any thread but the
-    main one the fork is done by one long-lived daemon thread, never by a passing worker thread
-    (``asyncio.to_thread``), whose end would kill the child early. The child is also recorded
-    for the atexit hook below.
-    """
-    prefix = _die_with_parent_prefix()
-
-    def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(prefix + argv, **popen_kwargs)
-
-    if not prefix or threading.current_thread() is threading.main_thread():
-        proc = start()
-    else:
-        global _spawner
-        with _spawner_lock:
-            if _spawner is None:
-                _spawner = threading.Thread(
-                    target=_spawn_forever, name="aiolock.testing spawner", daemon=True
-                )
-                _spawner.start()
-        result: Future[subprocess.Popen[bytes]] = Future()
-        _spawn_requests.put((start, result))
-        proc = result.result()
-    live_processes.add(proc)
-    return proc
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    """Last resort at interpreter exit: SIGKILL and reap every server still running."""
-    for proc in list(live_processes):
-        with contextlib.suppress(OSError):
-            proc.kill()
-        with contextlib.suppress(subprocess.SubprocessError, OSError):
-            proc.wait(timeout=STOP_TIMEOUT)
-        live_processes.discard(proc)

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from collections.abc import Sequence
 
 import redis
 
-from ._control import ControlClient, NotYet, pairs, wait_until
+from ._group import NotYet, ServerGroup, answering, pairs
 from ._server import RedisServer
 
-_T = TypeVar("_T")
 
-
-class LocalSentinel:
+class LocalSentinel(ServerGroup):
     """A monitored master, its replica(s) and three Sentinels, all local processes, for tests.
 
     The data servers are plain :class:`RedisServer` processes (no persistence, diskless
@@ -81,8 +77,8 @@ class LocalSentinel:
             raise ValueError("need replicas >= 0 and 1 <= quorum <= sentinels")
         if isinstance(extra_args, str):
             raise TypeError("extra_args must be a sequence of arguments, not a str")
+        super().__init__(startup_timeout)
         self.master_name = master_name
-        self.timeout = startup_timeout
         self._quorum = quorum
         self._down_after_ms = round(down_after * 1000)
         self._failover_timeout_ms = round(failover_timeout * 1000)
@@ -95,9 +91,7 @@ class LocalSentinel:
         self._sentinel_count = sentinels
         self.sentinels: list[RedisServer] = []
         """The Sentinel processes (after :meth:`start`)."""
-        self._controls: dict[int, ControlClient] = {}
         self._previous_master: tuple[str, int] | None = None
-        self._started = False
 
     # -- addresses ----------------------------------------------------------------------------
 
@@ -128,24 +122,6 @@ class LocalSentinel:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def start(self) -> Self:
-        """Start the servers, attach the replicas, start the Sentinels, wait until they all
-        know each other. No-op if started.
-
-        Raises:
-            RuntimeError: a process did not start (the message has its log).
-            TimeoutError: things did not settle within ``startup_timeout``.
-        """
-        if self._started:
-            return self
-        self._started = True
-        try:
-            self._create()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
     def _create(self) -> None:
         for server in self.servers:
             server.start()
@@ -169,27 +145,6 @@ class LocalSentinel:
         for sentinel in self.sentinels:
             sentinel.start()
         self.wait_until_healthy()
-
-    def stop(self) -> None:
-        """Kill every process (SIGKILL), reap it, remove its directory. Idempotent."""
-        for control in self._controls.values():
-            control.close()
-        self._controls.clear()
-        for server in [*self.sentinels, *self.servers]:
-            server.kill()
-            server.stop()
-        self._started = False
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         running = sum(server.is_running for server in self.servers)
@@ -265,7 +220,6 @@ class LocalSentinel:
         master, make it a replica of the master at once (the Sentinels would take ~8 s to),
         then wait until everything is healthy. It comes back empty (no persistence)."""
         master_address = self.master_address()
-        self._control(server).close()
         server.restart()
         if server.address != master_address:
             self._execute(server, "REPLICAOF", *master_address)
@@ -278,9 +232,7 @@ class LocalSentinel:
         A failover under way (the Sentinels name a master that is down while a replica runs)
         is waited for first; then the dead data servers come back as replicas of the master.
         """
-        for process in [*self.sentinels, *self.servers]:
-            if process.is_paused:
-                process.resume()
+        self._resume_paused()
         for sentinel in self.sentinels:
             if not sentinel.is_running:
                 sentinel.restart()  # its rewritten configuration is kept
@@ -296,11 +248,9 @@ class LocalSentinel:
 
         master = self._wait(settled, timeout, "a master")
         if not master.is_running:  # no data server was left: it comes back, empty
-            self._control(master).close()
             master.restart()
         for server in self.servers:
             if not server.is_running:
-                self._control(server).close()
                 server.restart()
                 self._execute(server, "REPLICAOF", master.host, master.port)
         self.wait_until_healthy(timeout)
@@ -313,18 +263,12 @@ class LocalSentinel:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _processes(self) -> list[RedisServer]:
+        return [*self.sentinels, *self.servers]
+
     @staticmethod
     def _live(processes: list[RedisServer]) -> list[RedisServer]:
-        return [p for p in processes if p.is_running and not p.is_paused]
-
-    def _control(self, server: RedisServer) -> ControlClient:
-        control = self._controls.get(server.port)
-        if control is None:
-            control = self._controls[server.port] = ControlClient(server.host, server.port)
-        return control
-
-    def _execute(self, server: RedisServer, *args: Any) -> Any:
-        return self._control(server).execute(*args)
+        return [process for process in processes if answering(process)]
 
     def _master_address_from(self, sentinel: RedisServer) -> tuple[str, int]:
         reply = self._execute(sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
@@ -341,18 +285,7 @@ class LocalSentinel:
 
     def _replicas_in_sync(self, master: RedisServer) -> None:
         for server in self._live(self.servers):
-            if server is master:
-                if self._execute(server, "INFO", "replication").get("role") != "master":
-                    raise NotYet(f"{server!r} does not say it is the master")
-                continue
-            info = self._execute(server, "INFO", "replication")
-            if (
-                info.get("role") != "slave"
-                or info.get("master_port") != master.port
-                or info.get("master_link_status") != "up"
-                or info.get("master_sync_in_progress") != 0
-            ):
-                raise NotYet(f"{server!r} is not a replica of {master!r} in sync")
+            self._check_replication(server, master)
 
     def _check_healthy(self) -> None:
         sentinels = self._live(self.sentinels)
@@ -382,19 +315,8 @@ class LocalSentinel:
             if not replica_ports <= up:
                 raise NotYet(f"{sentinel!r} does not see every replica up yet")
 
-    def _wait(self, check: Callable[[], _T], timeout: float | None, what: str) -> _T:
-        return wait_until(
-            check, self.timeout if timeout is None else timeout, what, self._diagnostics
-        )
-
-    def _diagnostics(self) -> str:
-        lines = []
-        for sentinel in self.sentinels:
-            lines.append(f"--- Sentinel {sentinel!r}")
-            if sentinel.is_running and not sentinel.is_paused:
-                try:
-                    state = pairs(self._execute(sentinel, "SENTINEL", "MASTER", self.master_name))
-                    lines.append(repr(state))
-                except (redis.RedisError, OSError, ValueError) as exc:
-                    lines.append(f"<no answer: {exc!r}>")
-        return "\n".join(lines)
+    def _describe(self, process: RedisServer) -> str:
+        if process in self.sentinels:
+            return repr(pairs(self._execute(process, "SENTINEL", "MASTER", self.master_name)))
+        info = self._execute(process, "INFO", "replication")
+        return f"role {info.get('role')}, master port {info.get('master_port', '-')}"

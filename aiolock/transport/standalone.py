@@ -62,7 +62,6 @@ class StandaloneTransport(Transport):
         #: the server (address, run_id) what was written lives on: a link opened elsewhere,
         #: or to another run_id, is a change of server (run_id None: not known yet)
         self._home: tuple[str, str | None] | None = None
-        self._changes = 0
         self._reopening: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -124,13 +123,8 @@ class StandaloneTransport(Transport):
 
     def _server_changed(self, why: str) -> None:
         """Tell the watchers (once per change, before anything is sent there)."""
-        self._changes += 1
         logger.warning("aiolock: %s; every hold is checked there", why)
-        for watcher in self._watchers:
-            try:
-                watcher.server_changed(why)
-            except Exception:  # never expected; the transport goes on
-                logger.exception("aiolock: telling of a server change failed")
+        self._tell(why)
 
     def _link_closed(self, link: Link, error: BaseException) -> None:
         """A command link closed: open another at once while something is held (a restart
@@ -222,7 +216,9 @@ class StandaloneTransport(Transport):
         link = self._link
         if link is None or link.closed or link.readonly or link.paused is not None:
             return None
-        return link.send(packed)
+        call = link.send(packed)
+        call.epoch = self.epoch
+        return call
 
     async def _current(self, deadline: float | None) -> Link:
         link = self._link
@@ -237,7 +233,9 @@ class StandaloneTransport(Transport):
         if link.paused is not None:
             # before writing: a caller cancelled here, or whose deadline passed, sent nothing
             await link.drain(deadline)
-        return link.send(packed)
+        call = link.send(packed)
+        call.epoch = self.epoch
+        return call
 
     async def fence(self, lost: OutcomeUnknown, deadline: float | None) -> bool:
         identity = lost.link
@@ -306,7 +304,7 @@ class StandaloneTransport(Transport):
             pubsub_connections_opened=self._subscriber.connections_opened,
             fences=self._fences,
             pubsub_reconnects=self._subscriber.reconnects,
-            server_changes=self._changes,
+            server_changes=self.epoch,
         )
 
     @property

@@ -60,7 +60,7 @@ import redis.asyncio
 
 import aiolock
 from aiolock.testing import LocalSentinel, RedisServer, TcpProxy
-from aiolock.testing._discovery import start_process
+from aiolock.testing._process import start_process
 
 from . import plan
 from .checker import Limits, Report, check

@@ -51,9 +51,11 @@ def run_example(module: str, redis_url: str, timeout: float = 60) -> str:
 
 
 @contextmanager
-def serving(command: list[str], port: int, redis_url: str, **env: str) -> Iterator[str]:
-    """Run a web server as its README says; yield its base URL once it answers; stop it with
-    Ctrl-C (SIGINT) and check that it exited cleanly."""
+def serving(
+    command: list[str], port: int, redis_url: str, *, ready: str = "/sale", **env: str
+) -> Iterator[str]:
+    """Run a web server as its README says; yield its base URL once it answers 200 on
+    ``ready``; stop it with Ctrl-C (SIGINT) and check that it exited cleanly."""
     httpx = pytest.importorskip("httpx")
     proc = subprocess.Popen(
         command,
@@ -69,7 +71,7 @@ def serving(command: list[str], port: int, redis_url: str, **env: str) -> Iterat
         while True:
             assert proc.poll() is None, proc.communicate()[0]
             try:
-                if httpx.get(f"{base}/sale", timeout=1).status_code == 200:
+                if httpx.get(f"{base}{ready}", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
