@@ -42,7 +42,7 @@ from .keys import (
 from .leases import Owner
 from .pubsub import ALL
 from .requests import REQUEST_TTL_MS, latches_of, mutate
-from .semaphore import _GrantRule
+from .semaphore import GrantRule
 from .transport import pack
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def latch_wakes(data: bytes) -> int:
     raise ValueError(data)
 
 
-class LatchRule(_GrantRule):
+class LatchRule(GrantRule):
     """Waiting for the latch ``name`` to open: the attempt reads the count."""
 
     kind = "countdown_latch"

@@ -155,7 +155,7 @@ class MultiLockStatistics:
 
 
 @dataclass(frozen=True, slots=True)
-class _Member:
+class Member:
     lock: MemberLock
     client: AioLock
     #: (server address, database)
@@ -250,7 +250,7 @@ class MultiLock:
 
     def __init__(self, locks: Sequence[MemberLock], *, name: str | None = None) -> None:
         members = _members(locks, self._kind)
-        self._members: tuple[_Member, ...] = tuple(sorted(members, key=_order))
+        self._members: tuple[Member, ...] = tuple(sorted(members, key=_order))
         self.name = name if name is not None else ", ".join(m.lock.name for m in self._members)
         clients = {id(m.client): m.client for m in self._members}.values()
         self._cleanup_timeout = max(c.config.cleanup_timeout for c in clients)
@@ -306,8 +306,8 @@ class MultiLock:
     def _check_usage(
         self,
         who: Owner,
-        members: Sequence[_Member],
-        exclude: Collection[_Member] = (),
+        members: Sequence[Member],
+        exclude: Collection[Member] = (),
         task: asyncio.Task[Any] | None = None,
     ) -> None:
         """Raise if ``members`` (that could not be taken at once) cannot be taken at all:
@@ -387,7 +387,7 @@ class MultiLock:
         cleanup_timeout after the cancellation, and what is not done by then goes on in the
         background (each member in its owner's turn: the owner's next acquisition waits)."""
         loop = asyncio.get_running_loop()
-        taken: list[_Member] = []
+        taken: list[Member] = []
         attempt = loop.create_task(self._attempt(who, wait_until, lease, caller, taken))
         try:
             await asyncio.wait((attempt,))
@@ -407,7 +407,7 @@ class MultiLock:
         wait_until: float | None,
         lease: float | None,
         caller: asyncio.Task[Any],
-        taken: list[_Member],
+        taken: list[Member],
     ) -> bool | None:
         """One pass over the members in order, for the task ``caller``: True (all taken),
         False (one could not be taken in time), None (an earlier member's lease ran out
@@ -418,7 +418,7 @@ class MultiLock:
         try:
             for member in self._members:
                 if not await member.lock.try_lock(0, lease, owner=who):
-                    if any(_member_stats(m, who).lost for m in taken):
+                    if any(member_stats(m, who).lost for m in taken):
                         # A member this attempt took was lost meanwhile (the process stalled
                         # past its lease during this try, it was force-unlocked): the
                         # attempt's own business. Give back what it took and start over (a
@@ -445,7 +445,7 @@ class MultiLock:
                         return None if bounded_by_lease else False
                 taken.append(member)
                 if lease is not None:
-                    remaining = _member_stats(member, who).lease_remaining
+                    remaining = member_stats(member, who).lease_remaining
                     expires = min(expires, loop.time() + (remaining or 0.0))
             if all(s.held for s in self._stats(who)):
                 return True
@@ -461,7 +461,7 @@ class MultiLock:
                 self._check_not_lost(who)
             raise
 
-    async def _give_back(self, taken: list[_Member], who: Owner, seconds: float) -> None:
+    async def _give_back(self, taken: list[Member], who: Owner, seconds: float) -> None:
         """Release the members an attempt took, waiting at most ``seconds``. They leave
         ``taken`` at once: whoever gives them back first (the attempt, or its caller when
         cancelled) does it alone, so no count is released twice (a member may hold counts
@@ -482,7 +482,7 @@ class MultiLock:
         left = give_up_at - asyncio.get_running_loop().time()
         return min(self._cleanup_timeout, max(left, 0.0))
 
-    def _check_not_lost(self, who: Owner, exclude: Collection[_Member] = ()) -> None:
+    def _check_not_lost(self, who: Owner, exclude: Collection[Member] = ()) -> None:
         """Raise LockLostError if the owner's hold was lost and not unlocked yet; a loss of
         the members in ``exclude`` (taken by the acquisition under way) does not count."""
         stats = self._stats(who)
@@ -542,7 +542,7 @@ class MultiLock:
         results = await self._release(targets, who, cleanup_deadline(start, self._bounds) - start)
         self._report_release(who, results)
 
-    def _report_release(self, who: Owner, results: dict[_Member, BaseException | None]) -> None:
+    def _report_release(self, who: Owner, results: dict[Member, BaseException | None]) -> None:
         """Raise what the member releases say of the hold (see :meth:`unlock`). Held to the
         end: a quorum of them (every member of a multi-lock) confirmed released. Lost:
         fewer than that, and not even with the releases left unconfirmed (which may or may
@@ -596,13 +596,13 @@ class MultiLock:
         ) from unconfirmed[0]
 
     async def _release(
-        self, members: Sequence[_Member], who: Owner, seconds: float
-    ) -> dict[_Member, BaseException | None]:
+        self, members: Sequence[Member], who: Owner, seconds: float
+    ) -> dict[Member, BaseException | None]:
         """Release one count of each member in parallel, each in a task of its client (so a
         cancelled caller cannot stop them); wait for them at most ``seconds`` (shielded).
         What each release raised (None: released)."""
-        tasks: dict[asyncio.Task[None], _Member] = {}
-        results: dict[_Member, BaseException | None] = {}
+        tasks: dict[asyncio.Task[None], Member] = {}
+        results: dict[Member, BaseException | None] = {}
         for member in members:
             try:
                 # a closed client still reports the holds its closing lost (LockLostError)
@@ -804,7 +804,7 @@ class MultiLock:
         return answers
 
     def _stats(self, who: Owner) -> list[Any]:
-        return [_member_stats(m, who) for m in self._members]
+        return [member_stats(m, who) for m in self._members]
 
     def _held(self, stats: Sequence[Any]) -> bool:
         return sum(1 for s in stats if s.held) >= self.quorum
@@ -842,7 +842,7 @@ class MultiLock:
         )
 
 
-def _member_stats(member: _Member, who: Owner) -> Any:
+def member_stats(member: Member, who: Owner) -> Any:
     """The member's statistics for ``who``; a closed client's lock still reports the holds
     its closing lost (lost, until unlocked)."""
     return member.lock.statistics(owner=who)
@@ -875,13 +875,13 @@ def _server(client: AioLock) -> tuple[str, int]:
     return client.deployment
 
 
-def _members(locks: Sequence[Any], kind: str) -> list[_Member]:
+def _members(locks: Sequence[Any], kind: str) -> list[Member]:
     """Check the member locks (before any I/O); raise TypeError / ValueError."""
     if isinstance(locks, str | bytes) or not isinstance(locks, Sequence):
         raise TypeError(f"a {kind} takes lock objects, not {type(locks).__name__}")
     if not locks:
         raise ValueError(f"a {kind} needs at least one lock")
-    members: list[_Member] = []
+    members: list[Member] = []
     seen: dict[tuple[str, int, str], Any] = {}
     for lock in locks:
         client = getattr(lock, "_client", None)
@@ -903,11 +903,11 @@ def _members(locks: Sequence[Any], kind: str) -> list[_Member]:
                 f"{server[0]}/{server[1]}); a {kind} takes each lock once"
             )
         seen[key] = lock
-        members.append(_Member(lock, client, server))
+        members.append(Member(lock, client, server))
     return members
 
 
-def _order(member: _Member) -> tuple[str, int, str]:
+def _order(member: Member) -> tuple[str, int, str]:
     return (*member.server, member.lock.name)
 
 

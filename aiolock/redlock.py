@@ -79,11 +79,11 @@ from .errors import (
 from .keys import check_name
 from .leases import Owner
 from .multilock import (
+    Member,
     MemberLock,
     MultiLock,
-    _Member,
-    _member_stats,
     detach,
+    member_stats,
     wait_shielded,
 )
 
@@ -106,7 +106,7 @@ MINORITY_WAIT = (0.005, 0.025)
 #: how often a round holding a minority looks whether the other masters are busy (seconds)
 MINORITY_POLL = 0.005
 
-Attempts = dict["asyncio.Task[bool]", _Member]
+Attempts = dict["asyncio.Task[bool]", Member]
 
 
 class RedLock(MultiLock):
@@ -164,7 +164,7 @@ class RedLock(MultiLock):
             left = None if wait_until is None else max(0.0, wait_until - loop.time())
             slice_ = random.uniform(*ROUND_WAIT)
             round_wait = slice_ if left is None else min(left, slice_)
-            took: list[_Member] = []
+            took: list[Member] = []
             outcome = await self._round(who, round_wait, lease, give_up_at, took)
             if outcome is True:
                 return True
@@ -186,7 +186,7 @@ class RedLock(MultiLock):
         wait: float,
         lease: float | None,
         give_up_at: float | None,
-        took: list[_Member],
+        took: list[Member],
     ) -> bool | BaseException:
         """One round (see the module docstring): True (held), False (not this time), or the
         error to raise (the quorum is out of reach because masters failed). The masters it
@@ -265,10 +265,10 @@ class RedLock(MultiLock):
         return False
 
     @staticmethod
-    def _busy(member: _Member, who: Owner) -> bool:
+    def _busy(member: Member, who: Owner) -> bool:
         """Whether tasks of the member's client wait for its lock (they park only after a
         try found it held), i.e. the master is busy rather than slow or failing."""
-        return bool(getattr(_member_stats(member, who), "tasks_waiting", 0))
+        return bool(getattr(member_stats(member, who), "tasks_waiting", 0))
 
     def _budget(self, give_up_at: float | None) -> float:
         """How long a failed round waits for its give-back: until the acquisition's give-up
@@ -308,7 +308,7 @@ class RedLock(MultiLock):
         if running:
             waits.append(asyncio.wait(running, timeout=limit))
         await asyncio.gather(*waits)
-        took: list[_Member] = []
+        took: list[Member] = []
         for task, member in attempts.items():
             if task in granted:
                 continue
@@ -326,7 +326,7 @@ class RedLock(MultiLock):
         if took:
             await self._release(took, who, self._cleanup_timeout)
 
-    def _release_late(self, member: _Member, who: Owner, task: asyncio.Task[bool]) -> None:
+    def _release_late(self, member: Member, who: Owner, task: asyncio.Task[bool]) -> None:
         if _granted(task):
             detach(self._release([member], who, self._cleanup_timeout))
 

@@ -256,10 +256,11 @@ class ReadWriteLock:
     is in read mode, so a writer waits until readers stop overlapping.
     """
 
-    __slots__ = ("_read_lock", "_write_lock", "name")
+    __slots__ = ("_client", "_read_lock", "_write_lock", "name")
 
     def __init__(self, client: AioLock, name: str) -> None:
         self.name = name
+        self._client = client
         self._read_lock = ReadLock(client, name)
         self._write_lock = WriteLock(client, name)
 
@@ -277,6 +278,6 @@ class ReadWriteLock:
     async def mode(self) -> str | None:
         """``"read"``, ``"write"`` or None (free), read from the server."""
         value = await acquire.read(
-            self._read_lock._client.runtime(), self.name, "HGET", self.name, "mode", what="HGET"
+            self._client.runtime(), self.name, "HGET", self.name, "mode", what="HGET"
         )
         return None if value is None else bytes(value).decode()

@@ -105,7 +105,7 @@ def no_count(name: str, kind: str, unset: bool) -> None:
     )
 
 
-class _GrantRule(Rule):
+class GrantRule(Rule):
     """A rule whose grants are not holds: nothing to release, settle or purge per owner."""
 
     holds = False
@@ -126,7 +126,7 @@ class _GrantRule(Rule):
 # -- the plain semaphore --------------------------------------------------------------------
 
 
-class SemaphoreRule(_GrantRule):
+class SemaphoreRule(GrantRule):
     """Taking ``permits`` permits of the semaphore ``name``. The "owner" the loop passes is
     the acquisition's request id: the script records a grant under it, which is how a lost
     reply is settled."""

@@ -59,8 +59,16 @@ from ..config import Config
 from ..keys import LATCH_CHANNEL_PREFIX, key_slot
 from .base import Transport, TransportStatistics, wait_call
 from .connector import Connector
-from .link import Call, ErrorReply, Link, LinkIdentity, NotSent, OutcomeUnknown, pack
-from .link import _eval_fallback as eval_fallback
+from .link import (
+    Call,
+    ErrorReply,
+    Link,
+    LinkIdentity,
+    NotSent,
+    OutcomeUnknown,
+    eval_fallback,
+    pack,
+)
 from .settings import ServerSettings
 from .subscriber import Listener, Subscriber
 

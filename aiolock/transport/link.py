@@ -199,7 +199,7 @@ def register_script(sha: str, source: str) -> None:
     _EVAL_BODIES[sha.encode()] = b"$4\r\nEVAL\r\n$%d\r\n%s\r\n" % (len(encoded), encoded)
 
 
-def _eval_fallback(packed: bytes) -> bytes | None:
+def eval_fallback(packed: bytes) -> bytes | None:
     """The EVAL command equivalent to an encoded EVALSHA of a registered script."""
     head = packed.find(b"\r\n") + 2
     start = head + len(_EVALSHA)
@@ -531,7 +531,7 @@ class Link(asyncio.Protocol):
             return
         first = reply[0] if parts is not None else reply
         if type(first) is ErrorReply and str(first).startswith("NOSCRIPT"):
-            fallback = _eval_fallback(call.packed)
+            fallback = eval_fallback(call.packed)
             if fallback is not None:
                 if parts is not None:
                     fallback = Chain.joined(fallback, len(reply))
