@@ -3,6 +3,7 @@
 from .client import AioLock as AioLock
 from .client import ClientStatistics as ClientStatistics
 from .client import from_url as from_url
+from .client import red_lock as red_lock
 from .config import Config as Config
 from .default import aclose_default as aclose_default
 from .default import alock as alock
@@ -36,7 +37,6 @@ from .multilock import MultiLock as MultiLock
 from .multilock import MultiLockStatistics as MultiLockStatistics
 from .multilock import multi_lock as multi_lock
 from .redlock import RedLock as RedLock
-from .redlock import red_lock as red_lock
 from .rwlock import ReadLock as ReadLock
 from .rwlock import ReadWriteLock as ReadWriteLock
 from .rwlock import WriteLock as WriteLock

@@ -57,9 +57,9 @@ from .errors import (
     ReplicationError,
     SubscriptionError,
 )
-from .leases import Hold, HoldState, Leases, Owner, Renewal
-from .metrics import Metrics
-from .pubsub import Entry, PubSub
+from .leases import Hold, HoldState, Owner, Renewal
+from .pubsub import Entry
+from .runtime import Runtime
 from .transport import (
     Call,
     Chain,
@@ -67,7 +67,6 @@ from .transport import (
     NotSent,
     OutcomeUnknown,
     SubscribeRefused,
-    Transport,
     first_reply,
     is_readonly,
     pack,
@@ -112,19 +111,6 @@ class GiveUp:
 
     command: Command
     retry_for: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Runtime:
-    """What the loop works with: one client's transport, wait entries and holds."""
-
-    transport: Transport
-    pubsub: PubSub
-    leases: Leases
-    config: Config
-    spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]]
-    #: where acquisitions are recorded (None: no metrics)
-    metrics: Metrics | None = None
 
 
 class Rule(ABC):

@@ -16,10 +16,10 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from . import decorator
-from .acquire import Rule, Runtime, cleanup_deadline
+from .acquire import Rule, cleanup_deadline
 from .config import Config
 from .contexts import async_only
-from .errors import ClientClosedError, LockTimeout, WrongEventLoopError
+from .errors import LockTimeout, WrongEventLoopError
 from .fair_lock import FairLock
 from .fenced_lock import FencedLock
 from .keys import check_name, check_seconds
@@ -27,11 +27,13 @@ from .latch import CountDownLatch
 from .leases import Hold, Leases, Owner
 from .lock import Lock, unlock_at_exit
 from .metrics import Metrics, resolve
+from .multilock import MemberLock
 from .pubsub import PubSub
+from .redlock import DRIFT_FACTOR, RedLock
+from .runtime import Runtime
 from .rwlock import ReadWriteLock
 from .semaphore import PermitExpirableSemaphore, Semaphore
 from .sentinel import is_sentinel_url, master_from_url
-from .tasks import current_task, current_task_id, new_id
 from .transport import ServerSettings, StandaloneTransport, Transport
 from .transport.cluster import ClusterTransport
 from .transport.resolve import SentinelAddress
@@ -43,9 +45,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R", bound="Rule")
 logger = logging.getLogger("aiolock")
-
-#: how many rules a client keeps for reuse (then it starts again)
-_RULES_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,54 +135,60 @@ class AioLock:
             self.deployment = (where, settings.db)
         self._owns_redis = False
         self._owned_sentinel: Sentinel | None = None
-        self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[Any]] = set()
-        self._rules: dict[tuple[Callable[[str], Rule], str], Rule] = {}
         self.metrics = resolve(metrics)
         pubsub = PubSub(transport)
         leases = Leases(self.id, transport, self.config, self._spawn, self.metrics)
-        self._runtime = Runtime(transport, pubsub, leases, self.config, self._spawn, self.metrics)
+        self._runtime = Runtime(
+            transport,
+            pubsub,
+            leases,
+            self.config,
+            self._spawn,
+            self.metrics,
+            id=self.id,
+            deployment=self.deployment,
+        )
         if self.metrics is not None:
             self.metrics.watch(transport)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._runtime.closed else "open"
         return f"<aiolock.AioLock {self.id} {state}, {len(self._runtime.leases.holds)} holds>"
 
     # -- factories ------------------------------------------------------------------------
 
     def lock(self, name: str) -> Lock:
         """The reentrant lock called ``name`` (no Redis call until it is used)."""
-        return Lock(self, check_name(name))
+        return Lock(self._runtime, check_name(name))
 
     def fenced_lock(self, name: str) -> FencedLock:
         """The fenced lock called ``name``: a lock whose acquisitions return fencing tokens."""
-        return FencedLock(self, check_name(name))
+        return FencedLock(self._runtime, check_name(name))
 
     def fair_lock(self, name: str, *, wait_allowance: float | None = None) -> FairLock:
         """The fair lock called ``name``: a lock handed out first come, first served (Redisson's
         ``RFairLock`` layout). ``wait_allowance`` (seconds, 10 by default) bounds how long a
         waiter that died holds up the line once the lock is free (see :class:`FairLock`)."""
-        return FairLock(self, check_name(name), wait_allowance=wait_allowance)
+        return FairLock(self._runtime, check_name(name), wait_allowance=wait_allowance)
 
     def read_write_lock(self, name: str) -> ReadWriteLock:
         """The read-write lock called ``name``: ``.read_lock()`` shared by many readers,
         ``.write_lock()`` exclusive (Redisson's ``RReadWriteLock`` layout)."""
-        return ReadWriteLock(self, check_name(name))
+        return ReadWriteLock(self._runtime, check_name(name))
 
     def semaphore(self, name: str) -> Semaphore:
         """The semaphore called ``name`` (Redisson's RSemaphore layout)."""
-        return Semaphore(self, check_name(name))
+        return Semaphore(self._runtime, check_name(name))
 
     def permit_expirable_semaphore(self, name: str) -> PermitExpirableSemaphore:
         """The semaphore called ``name`` whose permits expire (Redisson's
         RPermitExpirableSemaphore layout)."""
-        return PermitExpirableSemaphore(self, check_name(name))
+        return PermitExpirableSemaphore(self._runtime, check_name(name))
 
     def countdown_latch(self, name: str) -> CountDownLatch:
         """The countdown latch called ``name`` (Redisson's RCountDownLatch layout)."""
-        return CountDownLatch(self, check_name(name))
+        return CountDownLatch(self._runtime, check_name(name))
 
     @async_only
     async def alock(
@@ -300,25 +305,19 @@ class AioLock:
 
         :meta private:
         """
-        rules = self._rules
-        found = rules.get((kind, name))
-        if found is None:
-            if len(rules) >= _RULES_KEPT:
-                rules.clear()
-            found = rules[(kind, name)] = kind(name)
-        return found  # type: ignore[return-value]  # keyed by its maker
+        return self._runtime.rule(kind, name)
 
     def new_owner(self) -> Owner:
         """An explicit owner, for holds that pass between tasks (``lock.lock(owner=o)`` in
         one task, ``lock.unlock(owner=o)`` in another). Its holds are not tied to a task:
         they last until unlocked, lost, or the client closes."""
-        return Owner(f"{self.id}:{new_id()}")
+        return self._runtime.new_owner()
 
     # -- lifecycle ------------------------------------------------------------------------
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._runtime.closed
 
     async def __aenter__(self) -> AioLock:
         self.runtime()
@@ -345,14 +344,14 @@ class AioLock:
         released on the server where it can be in that time (else it expires unrenewed);
         waiters raise ClientClosedError; then every connection is closed.
         """
-        if self._closed:
+        if self._runtime.closed:
             return
         loop = asyncio.get_running_loop()
-        if self._loop is not None and self._loop is not loop:
+        if self._runtime.loop is not None and self._runtime.loop is not loop:
             raise WrongEventLoopError(
                 f"aiolock client {self.id} belongs to another event loop; close it there"
             )
-        self._closed = True
+        self._runtime.close()
         start = loop.time()
         deadline = cleanup_deadline(start, self.config)
         # what is cancelled at the end gets the last tenth (at most 0.1 s) to end: within
@@ -385,7 +384,16 @@ class AioLock:
             if self._owned_sentinel is not None:
                 await self._owned_sentinel.aclose()
 
-    # -- what the lock types use ----------------------------------------------------------------
+    # -- the runtime, for tests and tools (the lock types are handed it) ----------------
+
+    @property
+    def unchecked_runtime(self) -> Runtime:
+        """The runtime, as the lock types are handed it (their constructors take a client
+        too: ``aiolock.FairLock(client, name, clock=...)``); no check made.
+
+        :meta private:
+        """
+        return self._runtime
 
     def runtime(self, *, closed_ok: bool = False) -> Runtime:
         """The runtime of the lock types; raises unless the client is used from its own
@@ -394,37 +402,21 @@ class AioLock:
 
         :meta private:
         """
-        if self._closed and not closed_ok:
-            raise ClientClosedError(f"aiolock client {self.id} is closed")
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            if self._loop is not None:
-                raise WrongEventLoopError(
-                    f"aiolock client {self.id} belongs to another event loop; "
-                    "create one client per event loop"
-                )
-            self._loop = loop
-        return self._runtime
+        return self._runtime.use(closed_ok=closed_ok)
 
     def resolve_owner(self, owner: Owner | None, task: asyncio.Task[Any] | None = None) -> Owner:
         """``owner``, or the owner that is ``task`` (by default the current task).
 
         :meta private:
         """
-        if owner is not None:
-            if not isinstance(owner, Owner):
-                raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
-            return owner
-        if task is None:
-            task = current_task()
-        return Owner(f"{self.id}:{current_task_id(task)}", task)
+        return self._runtime.resolve_owner(owner, task)
 
     def holds_of(self, name: str) -> list[Hold]:
         """This client's holds on the object ``name``.
 
         :meta private:
         """
-        return [hold for (held, _), hold in self._runtime.leases.holds.items() if held == name]
+        return self._runtime.holds_of(name)
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``coro`` in a background task that :meth:`aclose` waits for."""
@@ -504,3 +496,26 @@ def from_url(
     client._owned_sentinel = sentinel
     client._owns_redis = True
     return client
+
+
+def red_lock(
+    *clients_or_locks: AioLock | MemberLock,
+    name: str | None = None,
+    drift_factor: float = DRIFT_FACTOR,
+) -> RedLock:
+    """A red lock over independent Redis masters: ``red_lock(client_a, client_b, client_c,
+    name="x")`` takes ``client.lock("x")`` on each; ``red_lock(lock_a, lock_b, lock_c)``
+    takes the given lock objects (e.g. fenced locks), one per master. Held by a quorum of
+    ``N // 2 + 1``. See :class:`RedLock`."""
+    if clients_or_locks and all(isinstance(c, AioLock) for c in clients_or_locks):
+        if name is None:
+            raise TypeError("red_lock over clients needs name=, the lock's name on each master")
+        check_name(name)
+        locks: list[MemberLock] = [c.lock(name) for c in clients_or_locks if isinstance(c, AioLock)]
+        return RedLock(locks, name=name, drift_factor=drift_factor)
+    if any(isinstance(c, AioLock) for c in clients_or_locks):
+        raise TypeError("red_lock takes either clients (and name=) or lock objects, not both")
+    lock_objects: list[Any] = list(clients_or_locks)
+    if name is not None:
+        check_name(name)
+    return RedLock(lock_objects, name=name, drift_factor=drift_factor)

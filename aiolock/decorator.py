@@ -15,14 +15,14 @@ import re
 import string
 from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, get_args
 
 from .errors import LockLostError, LockTimeout
 from .keys import check_lease, check_seconds
 
 if TYPE_CHECKING:
-    from .client import AioLock
     from .lock import Lock
+    from .rwlock import ReadWriteLock
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -57,7 +57,18 @@ def check_times(wait_time: float | None, lease_time: float | None) -> None:
         check_lease(lease_time, "lease_time")
 
 
-def make_lock(client: AioLock, kind: str, name: str) -> Lock:
+class LockMaker(Protocol):
+    """What the decorator and the FastAPI dependency need of a client (an
+    :class:`~aiolock.AioLock`): its lock factories."""
+
+    def lock(self, name: str) -> Lock: ...
+
+    def fair_lock(self, name: str) -> Lock: ...
+
+    def read_write_lock(self, name: str) -> ReadWriteLock: ...
+
+
+def make_lock(client: LockMaker, kind: str, name: str) -> Lock:
     """The lock object of ``kind`` called ``name`` (cheap: no Redis call)."""
     if kind == "lock":
         return client.lock(name)
@@ -261,7 +272,7 @@ class Holding:
 
 
 def locked(
-    client_of: Callable[[], AioLock],
+    client_of: Callable[[], LockMaker],
     name: str | Callable[..., str],
     *,
     wait_time: float | None,

@@ -29,7 +29,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import acquire, scripts
 from .acquire import Attempt, Command, GiveUp
@@ -44,9 +44,7 @@ from .keys import (
 )
 from .leases import HoldState, Owner, Renewal
 from .lock import Lock, LockRule
-
-if TYPE_CHECKING:
-    from .client import AioLock
+from .runtime import Runtime, RuntimeSource, runtime_of
 
 #: the wait allowance of a waiter without ``wait_time`` (seconds), see :class:`FairLock`
 DEFAULT_WAIT_ALLOWANCE = 10.0
@@ -192,7 +190,7 @@ class FairLock(Lock):
 
     def __init__(
         self,
-        client: AioLock,
+        runtime: Runtime | RuntimeSource,
         name: str,
         *,
         wait_allowance: float | None = None,
@@ -206,9 +204,9 @@ class FairLock(Lock):
             clock = time.time
         elif not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
-        self._client = client
+        self._runtime = runtime = runtime_of(runtime)
         self.name = name
-        self._rule = client.rule(_rule_kind(allowance_ms, clock), name)
+        self._rule = runtime.rule(_rule_kind(allowance_ms, clock), name)
 
     @property
     def _fair_rule(self) -> FairRule:
@@ -235,16 +233,14 @@ class FairLock(Lock):
         finally:
             # the owner id the acquisition wrote (chosen once it had the owner's turn): the
             # hold's if granted, else what the owner writes next
-            self._fair_rule.forget(
-                self._client.runtime(closed_ok=True).leases.field(self.name, owner)
-            )
+            self._fair_rule.forget(self._runtime.use(closed_ok=True).leases.field(self.name, owner))
 
     def _tasks_waiting(self, who: Owner) -> int:
         # each waiter has a channel of its own: count the owners acquiring it whose wait
         # entry has a task parked
-        pubsub = self._client.runtime().pubsub
+        pubsub = self._runtime.use().pubsub
         count = 0
-        for hold in self._client.holds_of(self.name):
+        for hold in self._runtime.holds_of(self.name):
             if hold.state is HoldState.ACQUIRING:
                 entry = pubsub.entry(self._rule.channel(hold.field))
                 if entry is not None and entry.parked:
@@ -256,7 +252,7 @@ class FairLock(Lock):
         (seconds; NaN: none), read from the server; waiters past their deadline included."""
         rule = self._fair_rule
         reply: Any = await acquire.read(
-            self._client.runtime(),
+            self._runtime.use(),
             self.name,
             "EVAL",
             _READ_QUEUE,

@@ -11,13 +11,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from .decorator import Holding, Template, check_kind, check_times, make_lock
+from .decorator import Holding, LockMaker, Template, check_kind, check_times, make_lock
 from .errors import LockTimeout
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from .client import AioLock
     from .lock import Lock
 
 #: what a client whose lock is busy is told, unless ``detail`` says otherwise
@@ -25,7 +24,7 @@ BUSY = "busy: another request holds the lock; try again"
 
 
 def lock_dependency(
-    client_of: "Callable[[], AioLock]",
+    client_of: "Callable[[], LockMaker]",
     name: "str | Callable[[Request], str]",
     *,
     wait_time: float | None,

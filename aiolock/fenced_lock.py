@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from . import acquire, scripts
-from .acquire import NOT_RUN, Attempt, Command, Runtime
+from .acquire import NOT_RUN, Attempt, Command
 from .keys import check_seconds, token_key
 from .leases import Owner
 from .lock import Lock, LockRule
+from .runtime import Runtime
 
 
 class FencedRule(LockRule):
@@ -99,4 +100,4 @@ class FencedLock(Lock):
         the counter was lost)."""
         rule = self._rule
         assert isinstance(rule, FencedRule)
-        return await rule.token(self._client.runtime())
+        return await rule.token(self._runtime.use())

@@ -25,10 +25,10 @@ interoperable with Redisson everywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import acquire, scripts
-from .acquire import GRANTED, NOT_RUN, Attempt, Command, Runtime
+from .acquire import GRANTED, NOT_RUN, Attempt, Command
 from .errors import LockStateError
 from .keys import (
     CLASSIC_PUBLISH,
@@ -42,11 +42,9 @@ from .keys import (
 from .leases import Owner
 from .pubsub import ALL
 from .requests import REQUEST_TTL_MS, latches_of, mutate
+from .runtime import Runtime, RuntimeSource, runtime_of
 from .semaphore import GrantRule
 from .transport import pack
-
-if TYPE_CHECKING:
-    from .client import AioLock
 
 #: published when the count reaches zero (or, here, when the latch is deleted)
 OPEN_MESSAGE = b"0"
@@ -119,12 +117,12 @@ class CountDownLatch:
     so it never counts twice.
     """
 
-    __slots__ = ("_client", "_rule", "name")
+    __slots__ = ("_rule", "_runtime", "name")
 
-    def __init__(self, client: AioLock, name: str) -> None:
-        self._client = client
+    def __init__(self, runtime: Runtime | RuntimeSource, name: str) -> None:
+        self._runtime = runtime = runtime_of(runtime)
         self.name = name
-        self._rule = client.rule(LatchRule, name)
+        self._rule = runtime.rule(LatchRule, name)
 
     def __repr__(self) -> str:
         return f"<aiolock.CountDownLatch {self.name!r}>"
@@ -147,7 +145,7 @@ class CountDownLatch:
     async def get_count(self) -> int:
         """The count now (0: open)."""
         value = await acquire.read(
-            self._client.runtime(), self.name, "GET", self.name, what="get_count"
+            self._runtime.use(), self.name, "GET", self.name, what="get_count"
         )
         return max(0, int(value)) if value is not None else 0
 
@@ -155,13 +153,13 @@ class CountDownLatch:
         """Wait until the latch is open, at most ``timeout`` seconds (None: as long as it
         takes); True if open. Returns or raises within ``timeout + command_timeout``."""
         wait = None if timeout is None else check_seconds(timeout, "timeout")
-        client = self._client
+        runtime = self._runtime
         granted = await acquire.acquire(
-            client.runtime(),
+            runtime.use(),
             self._rule,
             _WAITER,
             wait=wait,
-            lease_ms=to_millis(client.config.command_timeout),
+            lease_ms=to_millis(runtime.config.command_timeout),
             renew=False,
         )
         return granted is not None
@@ -174,16 +172,16 @@ class CountDownLatch:
 
     def statistics(self) -> LatchStatistics:
         """What this client knows of the latch (no Redis call)."""
-        entry = self._client.runtime().pubsub.entry(self._rule.channel(""))
+        entry = self._runtime.use().pubsub.entry(self._rule.channel(""))
         return LatchStatistics(
             name=self.name, tasks_waiting=entry.parked if entry is not None else 0
         )
 
     async def _mutate(self, script: scripts.Script, args: tuple[Any, ...]) -> Any:
         """Run a latch script that records its reply under a new request id."""
-        client = self._client
-        rt = client.runtime()
-        latches = latches_of(client)
+        runtime = self._runtime
+        rt = runtime.use()
+        latches = latches_of(runtime)
         request = latches.new_id()
         cmd = script.command(
             (self.name, latches.key(self.name)),

@@ -8,10 +8,10 @@ import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from . import acquire, scripts
-from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule, Runtime
+from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule
 from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
 from .keys import (
@@ -25,10 +25,8 @@ from .keys import (
 )
 from .leases import Hold, HoldState, LostCallback, Owner, Renewal
 from .pubsub import ALL
+from .runtime import Runtime, RuntimeSource, runtime_of
 from .transport import NotSent
-
-if TYPE_CHECKING:
-    from .client import AioLock
 
 logger = logging.getLogger("aiolock")
 
@@ -146,14 +144,22 @@ class Lock:
     are the same lock.
     """
 
-    __slots__ = ("_client", "_rule", "name")
+    __slots__ = ("_rule", "_runtime", "name")
 
     _rule_class: type[LockRule] = LockRule
 
-    def __init__(self, client: AioLock, name: str) -> None:
-        self._client = client
+    def __init__(self, runtime: Runtime | RuntimeSource, name: str) -> None:
+        self._runtime = runtime = runtime_of(runtime)
         self.name = name
-        self._rule = client.rule(self._rule_class, name)
+        self._rule = runtime.rule(self._rule_class, name)
+
+    @property
+    def runtime(self) -> Runtime:
+        """The runtime the lock works with (what composites of locks build on).
+
+        :meta private:
+        """
+        return self._runtime
 
     def __repr__(self) -> str:
         try:
@@ -190,13 +196,13 @@ class Lock:
     ) -> Coroutine[Any, Any, Attempt | None]:
         """Take one count for ``owner``: the acquisition to await (its grant, or None if
         ``wait`` ran out). A plain function: no coroutine frame of its own per waiter."""
-        client = self._client
+        runtime = self._runtime
         if lease_time is None:
-            lease_ms = to_millis(client.config.watchdog_timeout)
+            lease_ms = to_millis(runtime.config.watchdog_timeout)
         else:
             lease_ms = to_millis(check_lease(lease_time, "lease_time"))
         return acquire.acquire(
-            client.runtime(),
+            runtime.use(),
             self._rule,
             self._owner(owner),
             wait=wait,
@@ -235,8 +241,8 @@ class Lock:
         ``config.cleanup_timeout`` (it is finished in the background then; the hold is never
         renewed again).
         """
-        client = self._client
-        rt = client.runtime(closed_ok=True)  # a closed client's lost holds are reported
+        runtime = self._runtime
+        rt = runtime.use(closed_ok=True)  # a closed client's lost holds are reported
         await acquire.release(rt, self._rule, self._owner(owner))
 
     async def force_unlock(self) -> bool:
@@ -244,8 +250,8 @@ class Lock:
 
         Holds of other owners of this client on the lock are marked lost (their guards are
         cancelled); the calling owner's own hold simply ends."""
-        client = self._client
-        rt = client.runtime()
+        runtime = self._runtime
+        rt = runtime.use()
         try:
             reply = await acquire.command(rt, self.name, self._rule.force_unlock(), None)
         except NotSent as exc:
@@ -254,8 +260,8 @@ class Lock:
             raise RedisOperationError(f"force_unlock of {self.name!r} failed: {reply}")
         if reply < 0:
             return False  # held in a way this object may not force: nothing was done
-        mine = {client.resolve_owner(None).id, self._owner(None).id}
-        for hold in client.holds_of(self.name):
+        mine = {runtime.resolve_owner(None).id, self._owner(None).id}
+        for hold in runtime.holds_of(self.name):
             if hold.owner.id in mine:
                 rt.leases.released(hold)
             else:
@@ -277,7 +283,7 @@ class Lock:
         Raises LockNotOwnedError if the owner neither holds the lock nor has a lost hold of
         it left to unlock.
         """
-        return self._client.runtime(closed_ok=True).leases.on_lost(
+        return self._runtime.use(closed_ok=True).leases.on_lost(
             self._held(owner, lost_ok=True), callback
         )
 
@@ -306,7 +312,7 @@ class Lock:
                 state["cancelled"] = True
                 task.cancel(f"aiolock: the hold on {self.name!r} was lost")
 
-        remove = self._client.runtime(closed_ok=True).leases.on_lost(hold, lost)
+        remove = self._runtime.use(closed_ok=True).leases.on_lost(hold, lost)
         try:
             yield self
         except asyncio.CancelledError as exc:
@@ -333,7 +339,7 @@ class Lock:
     def statistics(self, *, owner: Owner | None = None) -> LockStatistics:
         """What this client knows of the lock for ``owner`` (the current task by default)."""
         who = self._owner(owner)
-        rt = self._client.runtime(closed_ok=True)
+        rt = self._runtime.use(closed_ok=True)
         hold = rt.leases.get(self.name, who)
         if hold is not None:
             rt.leases.current(hold)
@@ -354,7 +360,7 @@ class Lock:
 
     def _tasks_waiting(self, who: Owner) -> int:
         """Tasks of this client parked waiting for the lock (no Redis call)."""
-        entry = self._client.runtime(closed_ok=True).pubsub.entry(self._rule.channel(who.id))
+        entry = self._runtime.use(closed_ok=True).pubsub.entry(self._rule.channel(who.id))
         return entry.parked if entry is not None else 0
 
     async def is_locked(self) -> bool:
@@ -367,7 +373,7 @@ class Lock:
 
     async def hold_count(self, *, owner: Owner | None = None) -> int:
         """How many times the owner (the current task by default) holds the lock (server)."""
-        rt = self._client.runtime()
+        rt = self._runtime.use()
         return await self._rule.count(rt, rt.leases.field(self.name, self._owner(owner)))
 
     async def remaining_ttl(self) -> float | None:
@@ -380,25 +386,25 @@ class Lock:
         return pttl / 1000
 
     async def _read(self, *args: Any) -> Any:
-        return await acquire.read(self._client.runtime(), self.name, *args, what=args[0])
+        return await acquire.read(self._runtime.use(), self.name, *args, what=args[0])
 
     def _owner(self, owner: Owner | None) -> Owner:
         """The owner whose hold an operation is about: ``owner``, or the current task's."""
-        return self._client.resolve_owner(owner)
+        return self._runtime.resolve_owner(owner)
 
     def _held(self, owner: Owner | None, *, lost_ok: bool = False) -> Hold:
         """The owner's hold, held; or, with ``lost_ok``, lost and not unlocked yet (it has
         stale counts: its unlock raises LockLostError). Else LockNotOwnedError (and
         ClientClosedError on a closed client, unless it is such a lost hold)."""
         who = self._owner(owner)
-        leases = self._client.runtime(closed_ok=lost_ok).leases
+        leases = self._runtime.use(closed_ok=lost_ok).leases
         hold = leases.get(self.name, who)
         if hold is not None:
             state = leases.current(hold).state
             if state is HoldState.HELD or (lost_ok and state is HoldState.LOST and hold.stale):
                 return hold
         if lost_ok:
-            self._client.runtime()  # a closed client: ClientClosedError
+            self._runtime.use()  # a closed client: ClientClosedError
         raise LockNotOwnedError(
             f"lock {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
         )

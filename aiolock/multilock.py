@@ -83,7 +83,6 @@ from typing import Any, NoReturn, Protocol
 import anyio
 
 from .acquire import cleanup_deadline, give_up_point
-from .client import AioLock
 from .config import Config
 from .contexts import async_only
 from .errors import (
@@ -95,6 +94,7 @@ from .errors import (
 )
 from .keys import check_lease, check_seconds
 from .leases import LostCallback, Owner
+from .runtime import Runtime
 from .tasks import current_task, new_id
 
 logger = logging.getLogger("aiolock")
@@ -102,10 +102,13 @@ logger = logging.getLogger("aiolock")
 
 class MemberLock(Protocol):
     """What a multi-lock or red lock needs of a member: the public surface every aiolock lock
-    type shares (and the client it belongs to)."""
+    type shares (and the runtime of the client it belongs to)."""
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def runtime(self) -> Runtime: ...
 
     async def try_lock(
         self, wait_time: float = ..., lease_time: float | None = ..., *, owner: Owner | None = ...
@@ -157,7 +160,7 @@ class MultiLockStatistics:
 @dataclass(frozen=True, slots=True)
 class Member:
     lock: MemberLock
-    client: AioLock
+    runtime: Runtime
     #: (server address, database)
     server: tuple[str, int]
 
@@ -171,17 +174,17 @@ _TASK_OWNERS: weakref.WeakKeyDictionary[asyncio.Task[Any], dict[str, int]] = (
 )
 
 
-def task_owner(client: AioLock) -> Owner:
+def task_owner(runtime: Runtime) -> Owner:
     """The current task's owner of the multi-locks and red locks whose first member is on
-    ``client`` (its number made on first use; its id is ``<client uuid>:<n>``)."""
+    ``runtime``'s client (its number made on first use; its id is ``<client uuid>:<n>``)."""
     task = current_task()
     numbers = _TASK_OWNERS.get(task)
     if numbers is None:
         numbers = _TASK_OWNERS[task] = {}
-    number = numbers.get(client.id)
+    number = numbers.get(runtime.id)
     if number is None:
-        number = numbers[client.id] = new_id()
-    return Owner(f"{client.id}:{number}", task)
+        number = numbers[runtime.id] = new_id()
+    return Owner(f"{runtime.id}:{number}", task)
 
 
 def _other_task_owners(who: Owner, task: asyncio.Task[Any]) -> list[Owner]:
@@ -252,14 +255,14 @@ class MultiLock:
         members = _members(locks, self._kind)
         self._members: tuple[Member, ...] = tuple(sorted(members, key=_order))
         self.name = name if name is not None else ", ".join(m.lock.name for m in self._members)
-        clients = {id(m.client): m.client for m in self._members}.values()
+        clients = {id(m.runtime): m.runtime for m in self._members}.values()
         self._cleanup_timeout = max(c.config.cleanup_timeout for c in clients)
         self._command_timeout = max(c.config.command_timeout for c in clients)
         #: the timeouts the composite's bounds are made of (the members' largest), for the
         #: core's give_up_point and cleanup_deadline: a bound is when the call has returned,
         #: so it gives up a small margin before it, as a single lock does
         self._bounds: Config = dataclasses.replace(
-            self._members[0].client.config,
+            self._members[0].runtime.config,
             command_timeout=self._command_timeout,
             cleanup_timeout=self._cleanup_timeout,
         )
@@ -287,7 +290,7 @@ class MultiLock:
     def owner(self) -> Owner:
         """The current task's owner of this multi-lock (the default ``owner``): the task's
         multi-lock owner on the client of the first member."""
-        return task_owner(self._members[0].client)
+        return task_owner(self._members[0].runtime)
 
     def _owner(self, owner: Owner | None) -> Owner:
         if owner is None:
@@ -300,7 +303,7 @@ class MultiLock:
         """The owner, after the checks made before any Redis call: every client open and on
         this event loop."""
         for member in self._members:
-            member.client.runtime()  # ClientClosedError, WrongEventLoopError
+            member.runtime.use()  # ClientClosedError, WrongEventLoopError
         return self._owner(owner)
 
     def _check_usage(
@@ -323,9 +326,9 @@ class MultiLock:
             return  # an explicit owner: whatever else holds them is another owner
         others = _other_task_owners(who, task)
         for member in members:
-            if member.client.closed:
+            if member.runtime.closed:
                 continue
-            direct = member.client.resolve_owner(None, task)
+            direct = member.runtime.resolve_owner(None, task)
             for other in (direct, *others):
                 if member.lock.statistics(owner=other).hold_count:
                     how = "itself" if other.id == direct.id else "through another multi-lock"
@@ -606,7 +609,7 @@ class MultiLock:
         for member in members:
             try:
                 # a closed client still reports the holds its closing lost (LockLostError)
-                spawn = member.client.runtime(closed_ok=True).spawn
+                spawn = member.runtime.use(closed_ok=True).spawn
             except AioLockError as exc:  # another event loop
                 results[member] = exc
                 continue
@@ -871,10 +874,6 @@ async def _await(awaitable: Any) -> None:
 # -- members ---------------------------------------------------------------------------------
 
 
-def _server(client: AioLock) -> tuple[str, int]:
-    return client.deployment
-
-
 def _members(locks: Sequence[Any], kind: str) -> list[Member]:
     """Check the member locks (before any I/O); raise TypeError / ValueError."""
     if isinstance(locks, str | bytes) or not isinstance(locks, Sequence):
@@ -884,10 +883,10 @@ def _members(locks: Sequence[Any], kind: str) -> list[Member]:
     members: list[Member] = []
     seen: dict[tuple[str, int, str], Any] = {}
     for lock in locks:
-        client = getattr(lock, "_client", None)
+        runtime = getattr(lock, "runtime", None)
         name = getattr(lock, "name", None)
         if (
-            not isinstance(client, AioLock)
+            not isinstance(runtime, Runtime)
             or not isinstance(name, str)
             or not all(
                 callable(getattr(lock, method, None))
@@ -895,7 +894,7 @@ def _members(locks: Sequence[Any], kind: str) -> list[Member]:
             )
         ):
             raise TypeError(f"a {kind} takes aiolock lock objects, not {lock!r}")
-        server = _server(client)
+        server = runtime.deployment
         key = (*server, name)
         if key in seen:
             raise ValueError(
@@ -903,7 +902,7 @@ def _members(locks: Sequence[Any], kind: str) -> list[Member]:
                 f"{server[0]}/{server[1]}); a {kind} takes each lock once"
             )
         seen[key] = lock
-        members.append(Member(lock, client, server))
+        members.append(Member(lock, runtime, server))
     return members
 
 

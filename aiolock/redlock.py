@@ -70,13 +70,11 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from .acquire import cancel_allowance, cleanup_deadline, give_up_point
-from .client import AioLock
 from .errors import (
     AioLockError,
     ClientClosedError,
     RedisOperationError,
 )
-from .keys import check_name
 from .leases import Owner
 from .multilock import (
     Member,
@@ -142,7 +140,7 @@ class RedLock(MultiLock):
         if not 0 <= drift_factor < 1:
             raise ValueError(f"drift_factor must be in [0, 1), got {drift_factor!r}")
         self._drift_factor = float(drift_factor)
-        self._watchdog_timeout = min(m.client.config.watchdog_timeout for m in self._members)
+        self._watchdog_timeout = min(m.runtime.config.watchdog_timeout for m in self._members)
 
     @property
     def quorum(self) -> int:
@@ -346,27 +344,4 @@ async def _wait_for(task: asyncio.Task[Any], seconds: float, cancelled_seconds: 
         raise
 
 
-def red_lock(
-    *clients_or_locks: AioLock | MemberLock,
-    name: str | None = None,
-    drift_factor: float = DRIFT_FACTOR,
-) -> RedLock:
-    """A red lock over independent Redis masters: ``red_lock(client_a, client_b, client_c,
-    name="x")`` takes ``client.lock("x")`` on each; ``red_lock(lock_a, lock_b, lock_c)``
-    takes the given lock objects (e.g. fenced locks), one per master. Held by a quorum of
-    ``N // 2 + 1``. See :class:`RedLock`."""
-    if clients_or_locks and all(isinstance(c, AioLock) for c in clients_or_locks):
-        if name is None:
-            raise TypeError("red_lock over clients needs name=, the lock's name on each master")
-        check_name(name)
-        locks: list[MemberLock] = [c.lock(name) for c in clients_or_locks if isinstance(c, AioLock)]
-        return RedLock(locks, name=name, drift_factor=drift_factor)
-    if any(isinstance(c, AioLock) for c in clients_or_locks):
-        raise TypeError("red_lock takes either clients (and name=) or lock objects, not both")
-    lock_objects: list[Any] = list(clients_or_locks)
-    if name is not None:
-        check_name(name)
-    return RedLock(lock_objects, name=name, drift_factor=drift_factor)
-
-
-__all__ = ["DRIFT_FACTOR", "RedLock", "red_lock"]
+__all__ = ["DRIFT_FACTOR", "RedLock"]

@@ -27,16 +27,14 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .acquire import NOT_RUN, Command, Runtime, cancel_allowance, wait_shielded
+from .acquire import NOT_RUN, Command, cancel_allowance, wait_shielded
 from .errors import OutcomeUnknownError, RedisOperationError, RedisUnavailableError
 from .keys import requests_key
+from .runtime import Runtime, RuntimeSource, runtime_of
 from .tasks import new_id
 from .transport import ErrorReply, NotSent, OutcomeUnknown, is_readonly
-
-if TYPE_CHECKING:
-    from .client import AioLock
 
 logger = logging.getLogger("aiolock")
 
@@ -123,14 +121,15 @@ class RequestLatches:
         return settle
 
 
-_LATCHES: weakref.WeakKeyDictionary[AioLock, RequestLatches] = weakref.WeakKeyDictionary()
+_LATCHES: weakref.WeakKeyDictionary[Runtime, RequestLatches] = weakref.WeakKeyDictionary()
 
 
-def latches_of(client: AioLock) -> RequestLatches:
-    """The request latches of ``client``."""
-    latches = _LATCHES.get(client)
+def latches_of(source: Runtime | RuntimeSource) -> RequestLatches:
+    """The request latches of a runtime (or of the runtime of the client given)."""
+    runtime = runtime_of(source)
+    latches = _LATCHES.get(runtime)
     if latches is None:
-        latches = _LATCHES[client] = RequestLatches(client.id)
+        latches = _LATCHES[runtime] = RequestLatches(runtime.id)
     return latches
 
 

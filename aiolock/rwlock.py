@@ -22,10 +22,10 @@ not take the write lock: it would wait for itself for ever, so it gets
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import acquire, scripts
-from .acquire import Attempt, Command, Runtime
+from .acquire import Attempt, Command
 from .errors import LockUsageError
 from .keys import (
     PUBLISH,
@@ -36,9 +36,7 @@ from .keys import (
 )
 from .leases import HoldState, Owner, Renewal
 from .lock import Lock, LockRule
-
-if TYPE_CHECKING:
-    from .client import AioLock
+from .runtime import Runtime, RuntimeSource, runtime_of
 
 _READ_HELD = b"READ_HELD"
 _WRITE_SUFFIX = ":write"
@@ -214,13 +212,13 @@ class WriteLock(Lock):
     _rule_class = WriteRule
 
     def _owner(self, owner: Owner | None) -> Owner:
-        return writer_of(self._client.resolve_owner(owner))
+        return writer_of(self._runtime.resolve_owner(owner))
 
     def _grant(
         self, wait: float | None, lease_time: float | None, owner: Owner | None
     ) -> Coroutine[Any, Any, Attempt | None]:
-        reader = self._client.resolve_owner(owner)
-        leases = self._client.runtime().leases
+        reader = self._runtime.resolve_owner(owner)
+        leases = self._runtime.use().leases
         read = leases.get(self.name, reader)
         if read is not None and leases.current(read).state is HoldState.HELD and read.count:
             raise LockUsageError(
@@ -256,13 +254,13 @@ class ReadWriteLock:
     is in read mode, so a writer waits until readers stop overlapping.
     """
 
-    __slots__ = ("_client", "_read_lock", "_write_lock", "name")
+    __slots__ = ("_read_lock", "_runtime", "_write_lock", "name")
 
-    def __init__(self, client: AioLock, name: str) -> None:
+    def __init__(self, runtime: Runtime | RuntimeSource, name: str) -> None:
         self.name = name
-        self._client = client
-        self._read_lock = ReadLock(client, name)
-        self._write_lock = WriteLock(client, name)
+        self._runtime = runtime = runtime_of(runtime)
+        self._read_lock = ReadLock(runtime, name)
+        self._write_lock = WriteLock(runtime, name)
 
     def __repr__(self) -> str:
         return f"<aiolock.ReadWriteLock {self.name!r}>"
@@ -278,6 +276,6 @@ class ReadWriteLock:
     async def mode(self) -> str | None:
         """``"read"``, ``"write"`` or None (free), read from the server."""
         value = await acquire.read(
-            self._client.runtime(), self.name, "HGET", self.name, "mode", what="HGET"
+            self._runtime.use(), self.name, "HGET", self.name, "mode", what="HGET"
         )
         return None if value is None else bytes(value).decode()

@@ -29,10 +29,10 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from . import acquire, scripts
-from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule, Runtime
+from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule
 from .contexts import async_only
 from .errors import (
     AioLockError,
@@ -55,10 +55,8 @@ from .keys import (
 )
 from .leases import Hold, HoldState, LostCallback, Owner, Renewal, SingleUseOwner
 from .requests import REQUEST_TTL_MS, RequestLatches, latches_of, mutate
+from .runtime import Runtime, RuntimeSource, runtime_of
 from .transport import OutcomeUnknown
-
-if TYPE_CHECKING:
-    from .client import AioLock
 
 logger = logging.getLogger("aiolock")
 
@@ -221,10 +219,10 @@ class Semaphore:
     above what was set. Use :class:`PermitExpirableSemaphore` when holders may crash.
     """
 
-    __slots__ = ("_channel_key", "_client", "name")
+    __slots__ = ("_channel_key", "_runtime", "name")
 
-    def __init__(self, client: AioLock, name: str) -> None:
-        self._client = client
+    def __init__(self, runtime: Runtime | RuntimeSource, name: str) -> None:
+        self._runtime = runtime = runtime_of(runtime)
         self.name = name
         self._channel_key = semaphore_channel(name)
 
@@ -274,7 +272,7 @@ class Semaphore:
     async def available_permits(self) -> int:
         """How many permits are available now (on the server)."""
         value = await acquire.read(
-            self._client.runtime(), self.name, "GET", self.name, what="available_permits"
+            self._runtime.use(), self.name, "GET", self.name, what="available_permits"
         )
         return int(value) if value is not None else 0
 
@@ -290,9 +288,9 @@ class Semaphore:
         return await self._acquire(check_permits(permits), check_seconds(wait_time, "wait_time"))
 
     async def _acquire(self, permits: int, wait: float | None) -> bool:
-        client = self._client
-        rt = client.runtime()
-        latches = latches_of(client)
+        runtime = self._runtime
+        rt = runtime.use()
+        latches = latches_of(runtime)
         request = latches.new_id()
         rule = SemaphoreRule(rt, self.name, permits, latches)
         try:
@@ -355,7 +353,7 @@ class Semaphore:
 
     def statistics(self) -> SemaphoreStatistics:
         """What this client knows of the semaphore (no Redis call)."""
-        entry = self._client.runtime().pubsub.entry(self._channel_key.encode())
+        entry = self._runtime.use().pubsub.entry(self._channel_key.encode())
         return SemaphoreStatistics(
             name=self.name, tasks_waiting=entry.parked if entry is not None else 0
         )
@@ -366,9 +364,9 @@ class Semaphore:
         """Run a script that records its reply under a new request id: KEYS are ``keys``
         then the client's request latches, ARGV ``args`` then the request id and the ids to
         forget. Its lost reply is settled by that record."""
-        client = self._client
-        rt = client.runtime()
-        latches = latches_of(client)
+        runtime = self._runtime
+        rt = runtime.use()
+        latches = latches_of(runtime)
         request = latches.new_id()
         cmd = script.command(
             (*keys, latches.key(self.name)),
@@ -517,12 +515,12 @@ class PermitExpirableSemaphore:
     releasing it raises LockLostError.
     """
 
-    __slots__ = ("_client", "_rule", "name")
+    __slots__ = ("_rule", "_runtime", "name")
 
-    def __init__(self, client: AioLock, name: str) -> None:
-        self._client = client
+    def __init__(self, runtime: Runtime | RuntimeSource, name: str) -> None:
+        self._runtime = runtime = runtime_of(runtime)
         self.name = name
-        self._rule = client.rule(PermitRule, name)
+        self._rule = runtime.rule(PermitRule, name)
 
     def __repr__(self) -> str:
         return f"<aiolock.PermitExpirableSemaphore {self.name!r}>"
@@ -544,7 +542,7 @@ class PermitExpirableSemaphore:
         return await self._semaphore().add_permits(permits)
 
     def _semaphore(self) -> Semaphore:
-        return Semaphore(self._client, self.name)  # the same count, the same scripts
+        return Semaphore(self._runtime, self.name)  # the same count, the same scripts
 
     # -- acquiring ------------------------------------------------------------------------
 
@@ -564,14 +562,14 @@ class PermitExpirableSemaphore:
     async def _acquire(
         self, wait: float | None, lease_time: float | None, owner: Owner | None
     ) -> str | None:
-        client = self._client
+        runtime = self._runtime
         if lease_time is None:
-            lease_ms = to_millis(client.config.watchdog_timeout)
+            lease_ms = to_millis(runtime.config.watchdog_timeout)
         else:
             lease_ms = to_millis(check_lease(lease_time, "lease_time"))
-        rt = client.runtime()
+        rt = runtime.use()
         if owner is not None:
-            client.resolve_owner(owner)  # checked, and no more: a permit belongs to no task
+            runtime.resolve_owner(owner)  # checked, and no more: a permit belongs to no task
         permit = secrets.token_hex(16)
         granted = await acquire.acquire(
             rt,
@@ -606,7 +604,7 @@ class PermitExpirableSemaphore:
             return False
 
     async def _release(self, permit: str) -> bool:
-        rt = self._client.runtime()
+        rt = self._runtime.use()
         hold = rt.leases.holds.get((self.name, permit))
         if hold is not None and (hold.count or hold.stale):
             try:
@@ -672,7 +670,7 @@ class PermitExpirableSemaphore:
                 task.cancel(f"aiolock: permit {permit} of {self.name!r} was lost")
 
         hold = self._hold(permit, lost_ok=True)  # lost already: told at the first await
-        remove = self._client.runtime(closed_ok=True).leases.on_lost(hold, lost)
+        remove = self._runtime.use(closed_ok=True).leases.on_lost(hold, lost)
         try:
             yield permit
         except asyncio.CancelledError as exc:
@@ -738,18 +736,18 @@ class PermitExpirableSemaphore:
         scheduled as it would have been at the loss. Returns a function that removes the
         callback; LockNotOwnedError if neither held nor lost here."""
         hold = self._hold(check_permit_id(permit_id), lost_ok=True)
-        return self._client.runtime(closed_ok=True).leases.on_lost(hold, callback)
+        return self._runtime.use(closed_ok=True).leases.on_lost(hold, callback)
 
     def _hold(self, permit: str, *, lost_ok: bool = False) -> Hold:
         """The permit's hold, held; or, with ``lost_ok``, lost and not released yet."""
-        leases = self._client.runtime(closed_ok=lost_ok).leases
+        leases = self._runtime.use(closed_ok=lost_ok).leases
         hold = leases.holds.get((self.name, permit))
         if hold is not None:
             state = leases.current(hold).state
             if state is HoldState.HELD or (lost_ok and state is HoldState.LOST and hold.stale):
                 return hold
         if lost_ok:
-            self._client.runtime()  # a closed client: ClientClosedError
+            self._runtime.use()  # a closed client: ClientClosedError
         raise LockNotOwnedError(
             f"permit {permit} of semaphore {self.name!r} is not held by this client",
             name=self.name,
@@ -772,7 +770,7 @@ class PermitExpirableSemaphore:
         return available + taken
 
     async def _counts(self) -> tuple[int, int]:
-        rt = self._client.runtime()
+        rt = self._runtime.use()
         rule = self._rule
         cmd = scripts.PERMIT_COUNTS.command(rule._keys(), (PUBLISH, RECLAIM_LIMIT))
         for _ in range(2):  # it only returns expired permits: harmless to run again
@@ -785,10 +783,10 @@ class PermitExpirableSemaphore:
 
     def statistics(self) -> PermitStatistics:
         """What this client knows of the semaphore (no Redis call)."""
-        client = self._client
-        rt = client.runtime()
+        runtime = self._runtime
+        rt = runtime.use()
         held = renewed = lost = 0
-        for hold in client.holds_of(self.name):
+        for hold in runtime.holds_of(self.name):
             rt.leases.current(hold)
             if hold.state is HoldState.HELD:
                 held += 1

@@ -1,5 +1,6 @@
 """The shape of the library, checked from its source (issue 18): no module reaches into another
-module's private names."""
+module's private names, the modules import each other without a circle, and the lock types
+never call up into the client."""
 
 from __future__ import annotations
 
@@ -98,13 +99,30 @@ def test_no_private_names_across_modules() -> None:
     assert not problems, "private names used across modules:\n" + "\n".join(problems)
 
 
-def _imports(modules: dict[str, tuple[Path, ast.Module]]) -> dict[str, set[str]]:
-    """Which aiolock modules each module imports: at run time, under TYPE_CHECKING and inside
-    functions alike (``from . import x`` counts as importing the module ``x``)."""
+def _walk(tree: ast.AST, *, into_functions: bool) -> list[ast.AST]:
+    """The nodes of ``tree``; without ``into_functions``, those run when the module is
+    imported (``if TYPE_CHECKING:`` blocks included, function bodies not)."""
+    found: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        for child in ast.iter_child_nodes(node):
+            if into_functions or not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                todo.append(child)
+    return found
+
+
+def _imports(
+    modules: dict[str, tuple[Path, ast.Module]], *, into_functions: bool
+) -> dict[str, set[str]]:
+    """Which aiolock modules each module imports (``from . import x`` counts as importing
+    the module ``x``): at import time and under TYPE_CHECKING, and with ``into_functions``
+    also inside functions."""
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, (path, tree) in modules.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(tree):
+        for node in _walk(tree, into_functions=into_functions):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -155,3 +173,44 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+def test_no_import_circle() -> None:
+    """No circle among the modules' imports, TYPE_CHECKING imports included (a function may
+    import lazily what sits above it: ``client.lock_dependency`` imports FastAPI's glue, the
+    testing kit looks a patchable function up on its package)."""
+    cycles = _cycles(_imports(_modules(), into_functions=False))
+    assert not cycles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+#: The modules of the lock types and of what lies below them: they are handed the runtime and
+#: never import the client, even inside a function or for type checking.
+BELOW_THE_CLIENT = (
+    "aiolock.acquire",
+    "aiolock.runtime",
+    "aiolock.leases",
+    "aiolock.pubsub",
+    "aiolock.requests",
+    "aiolock.lock",
+    "aiolock.fair_lock",
+    "aiolock.fenced_lock",
+    "aiolock.rwlock",
+    "aiolock.semaphore",
+    "aiolock.latch",
+    "aiolock.multilock",
+    "aiolock.redlock",
+    "aiolock.decorator",
+)
+
+
+def test_the_lock_types_never_import_the_client() -> None:
+    modules = _modules()
+    graph = _imports(modules, into_functions=True)
+    below = [name for name in modules if name.startswith(BELOW_THE_CLIENT)]
+    assert set(BELOW_THE_CLIENT) <= set(modules)
+    importers = [name for name in below if "aiolock.client" in graph[name]]
+    assert not importers, f"import aiolock.client: {importers}"
+    # nor anything that imports it (the package, the default client, FastAPI's glue)
+    above = {name for name in modules if "aiolock.client" in graph[name]} | {"aiolock.client"}
+    reaching = {name: sorted(graph[name] & above) for name in below if graph[name] & above}
+    assert not reaching, f"import what imports the client: {reaching}"

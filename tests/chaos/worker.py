@@ -707,7 +707,7 @@ def make_actors(ctx: Process, seed: int) -> list[Actor]:
 
 def _server_of(ctx: Process, lock: Any) -> str:
     for server, client in ctx.clients.items():
-        if lock._client is client:
+        if lock.runtime is client.unchecked_runtime:
             return server
     raise LookupError(lock)
 

@@ -1,0 +1,149 @@
+"""The runtime: what every lock type works with, handed down to it by the client.
+
+One client has one runtime: its transport, pub/sub wait entries, leases (the holds and their
+watchdog), config, owner resolution, background tasks and metrics. The lock types receive it
+when they are made and never look anything up above it; the client (``aiolock.client``) is
+a facade that builds the runtime, makes lock objects on it and closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+from .config import Config
+from .errors import ClientClosedError, WrongEventLoopError
+from .leases import Hold, Leases, Owner
+from .metrics import Metrics
+from .pubsub import PubSub
+from .tasks import current_task, current_task_id, new_id
+from .transport import Transport
+
+R = TypeVar("R")
+
+#: rules kept per runtime before the cache starts over (a rule is cheap to make again)
+_RULES_KEPT = 4096
+
+
+class Runtime:
+    """What the lock types and the acquisition loop work with: one client's transport, wait
+    entries, holds, config, owners, background tasks and metrics."""
+
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_loop",
+        "_rules",
+        "config",
+        "deployment",
+        "id",
+        "leases",
+        "metrics",
+        "pubsub",
+        "spawn",
+        "transport",
+    )
+
+    def __init__(
+        self,
+        transport: Transport,
+        pubsub: PubSub,
+        leases: Leases,
+        config: Config,
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+        metrics: Metrics | None = None,
+        *,
+        id: str = "",
+        deployment: tuple[str, int] = ("", 0),
+    ) -> None:
+        self.transport = transport
+        self.pubsub = pubsub
+        self.leases = leases
+        self.config = config
+        #: runs a coroutine in a background task the client waits for when it closes
+        self.spawn = spawn
+        #: where acquisitions are recorded (None: no metrics)
+        self.metrics = metrics
+        #: the client's uuid: the first half of every owner id it writes
+        self.id = id
+        #: (where, database): which deployment the locks of this runtime live on
+        self.deployment = deployment
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._rules: dict[tuple[Callable[[str], Any], str], Any] = {}
+
+    # -- use ------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Mark the runtime closed: from now on :meth:`use` raises ClientClosedError."""
+        self._closed = True
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the runtime was first used from (None: not used yet)."""
+        return self._loop
+
+    def use(self, *, closed_ok: bool = False) -> Runtime:
+        """The runtime, checked: raises unless used from its own event loop and open (or
+        ``closed_ok``: for what needs no Redis, like reporting the holds a closing client
+        lost)."""
+        if self._closed and not closed_ok:
+            raise ClientClosedError(f"aiolock client {self.id} is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None:
+                raise WrongEventLoopError(
+                    f"aiolock client {self.id} belongs to another event loop; "
+                    "create one client per event loop"
+                )
+            self._loop = loop
+        return self
+
+    # -- what the lock types share ----------------------------------------------------------
+
+    def rule(self, kind: Callable[[str], R], name: str) -> R:
+        """The rule of the object ``name`` made by ``kind`` (rules are immutable: lock
+        objects of one name share one, so making a lock object per request stays cheap)."""
+        rules = self._rules
+        found = rules.get((kind, name))
+        if found is None:
+            if len(rules) >= _RULES_KEPT:
+                rules.clear()
+            found = rules[(kind, name)] = kind(name)
+        return found  # keyed by its maker: what kind makes
+
+    def new_owner(self) -> Owner:
+        """An explicit owner, not tied to a task."""
+        return Owner(f"{self.id}:{new_id()}")
+
+    def resolve_owner(self, owner: Owner | None, task: asyncio.Task[Any] | None = None) -> Owner:
+        """``owner``, or the owner that is ``task`` (by default the current task)."""
+        if owner is not None:
+            if not isinstance(owner, Owner):
+                raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
+            return owner
+        if task is None:
+            task = current_task()
+        return Owner(f"{self.id}:{current_task_id(task)}", task)
+
+    def holds_of(self, name: str) -> list[Hold]:
+        """This runtime's holds on the object ``name``."""
+        return [hold for (held, _), hold in self.leases.holds.items() if held == name]
+
+
+class RuntimeSource(Protocol):
+    """What a lock type's constructor takes instead of a runtime: a client (``aiolock.FairLock(
+    client, name, clock=...)``), which hands its runtime down."""
+
+    @property
+    def unchecked_runtime(self) -> Runtime: ...
+
+
+def runtime_of(source: Runtime | RuntimeSource) -> Runtime:
+    """The runtime given, or the one the client given hands down."""
+    return source if isinstance(source, Runtime) else source.unchecked_runtime
