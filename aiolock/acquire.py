@@ -1113,6 +1113,19 @@ async def release(rt: Runtime, rule: Rule, owner: Owner) -> None:
     )
 
 
+def release_lost(rt: Runtime, rule: Rule, owner: Owner) -> LockLostError | None:
+    """Give back one lost count of ``owner``'s hold, as :func:`release` does, but without
+    waiting for the hold's cleanup still under way (it goes on in the background): what a
+    guard does when it tells a loss, at once. The loss given back (None: nothing to give
+    back, nothing done)."""
+    hold = rt.leases.get(rule.name, owner)
+    if hold is not None:
+        rt.leases.current(hold)
+        if not hold.count and hold.stale:
+            return rt.leases.unlock_stale(hold)
+    return None
+
+
 def _log_release_failure(task: asyncio.Task[None]) -> None:
     """A release whose caller left (cancelled, or its time ran out) failed: say so."""
     if not task.cancelled() and (error := task.exception()) is not None:

@@ -8,7 +8,6 @@ lock types know nothing of it. Nothing here imports a web framework.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import re
@@ -17,7 +16,8 @@ from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, get_args
 
-from .errors import LockLostError, LockTimeout
+from .errors import LockTimeout
+from .guard import Guard
 from .keys import check_lease, check_seconds
 
 if TYPE_CHECKING:
@@ -205,12 +205,13 @@ class Holding:
     is raised from the ``async with``; without ``guard`` the body runs on and the exit
     raises LockLostError (if the body raised nothing itself).
 
-    The cancellation is :func:`asyncio.timeout`'s (its deadline is moved to "now" when the
-    hold is lost), so it tells itself apart from any other cancellation of the task as
-    asyncio's own timeouts do: a cancellation from outside still wins.
+    The cancellation is the one every guard makes (:class:`aiolock.guard.Guard`): it tells
+    itself apart from any other cancellation of the task as asyncio's own timeouts do, so a
+    cancellation from outside still wins; the loss is raised at once, what is left of the
+    release going on in the background.
     """
 
-    __slots__ = ("_guard", "_lease", "_lost", "_remove", "_scope", "_wait", "lock")
+    __slots__ = ("_guard", "_guarding", "_lease", "_wait", "lock")
 
     def __init__(
         self, lock: Lock, *, wait_time: float | None, lease_time: float | None, guard: bool
@@ -219,9 +220,7 @@ class Holding:
         self._wait = wait_time
         self._lease = lease_time
         self._guard = guard
-        self._scope: asyncio.Timeout | None = None
-        self._lost: LockLostError | None = None
-        self._remove: Callable[[], None] | None = None
+        self._guarding: Guard | None = None
 
     async def __aenter__(self) -> Lock:
         lock = self.lock
@@ -233,21 +232,18 @@ class Holding:
             )
         if self._guard:
             # Held from here: nothing below suspends before the exit is owed.
-            try:
-                scope = asyncio.timeout(None)
-                await scope.__aenter__()  # never suspends: it only notes the task
-                self._scope = scope
-                self._remove = lock.on_lost(self._on_lost)
-            except BaseException as exc:  # pragma: no cover - neither raises once held
-                await lock.__aexit__(type(exc), exc, exc.__traceback__)
-                raise
+            guarding = Guard(
+                f"the hold on {lock.name!r}", lock.on_lost, self._release, self._release_lost
+            )
+            await guarding.__aenter__()  # never suspends unless it fails (it releases then)
+            self._guarding = guarding
         return lock
 
-    def _on_lost(self, error: LockLostError) -> None:
-        scope = self._scope
-        if scope is not None and self._lost is None:
-            self._lost = error
-            scope.reschedule(asyncio.get_running_loop().time())  # cancel the body now
+    async def _release(self, exc: BaseException | None) -> None:
+        await self.lock.__aexit__(type(exc) if exc is not None else None, exc, None)
+
+    async def _release_lost(self) -> None:
+        self.lock.release_lost()
 
     async def __aexit__(
         self,
@@ -255,20 +251,11 @@ class Holding:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        lock = self.lock
-        scope, self._scope = self._scope, None
-        if scope is not None:
-            assert self._remove is not None
-            self._remove()
-            try:
-                await scope.__aexit__(exc_type, exc, tb)
-            except TimeoutError as cancelled:
-                # The body ended with the cancellation the loss made (and no other): the
-                # loss is the outcome; the unlock only gives back the stale count.
-                assert self._lost is not None
-                await lock.__aexit__(TimeoutError, cancelled, cancelled.__traceback__)
-                raise self._lost from exc
-        await lock.__aexit__(exc_type, exc, tb)
+        guarding, self._guarding = self._guarding, None
+        if guarding is not None:
+            await guarding.__aexit__(exc_type, exc, tb)
+        else:
+            await self.lock.__aexit__(exc_type, exc, tb)
 
 
 def locked(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -14,6 +15,7 @@ from . import acquire, scripts
 from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule
 from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
+from .guard import Guard
 from .keys import (
     PUBLISH,
     UNLOCK_MESSAGE,
@@ -302,37 +304,32 @@ class Lock:
         """
         await self.lock(lease_time, owner=owner)
         hold = self._held(owner, lost_ok=True)
-        task = asyncio.current_task()
-        assert task is not None
-        cancelling = task.cancelling()
-        state = {"inside": True, "cancelled": False}
+        rt = self._runtime.use(closed_ok=True)
 
-        def lost(_: LockLostError) -> None:
-            if state["inside"]:
-                state["cancelled"] = True
-                task.cancel(f"aiolock: the hold on {self.name!r} was lost")
+        async def release(exc: BaseException | None) -> None:
+            await unlock_at_exit(self, exc, owner)
 
-        remove = self._runtime.use(closed_ok=True).leases.on_lost(hold, lost)
-        try:
+        async def release_lost() -> None:
+            acquire.release_lost(rt, self._rule, hold.owner)  # hold.owner: resolved already
+
+        async with Guard(
+            f"the hold on {self.name!r}",
+            functools.partial(rt.leases.on_lost, hold),
+            release,
+            release_lost,
+        ):
             yield self
-        except asyncio.CancelledError as exc:
-            state["inside"] = False
-            if state["cancelled"] and task.uncancel() <= cancelling:
-                await unlock_at_exit(self, None, owner, lost_ok=True)
-                assert hold.lost is not None
-                raise hold.lost from exc
-            await unlock_at_exit(self, exc, owner)
-            raise
-        except BaseException as exc:
-            state["inside"] = False
-            await unlock_at_exit(self, exc, owner)
-            raise
-        else:
-            state["inside"] = False
-            await unlock_at_exit(self, None, owner)
-        finally:
-            state["inside"] = False
-            remove()
+
+    def release_lost(self, *, owner: Owner | None = None) -> LockLostError | None:
+        """Give back one count of the owner's lost hold without waiting for its cleanup
+        still under way (a guard telling a loss at once; the cleanup goes on in the
+        background). The loss given back (None: nothing to give back, nothing done).
+
+        :meta private:
+        """
+        return acquire.release_lost(
+            self._runtime.use(closed_ok=True), self._rule, self._owner(owner)
+        )
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import logging
 import math
@@ -92,6 +93,7 @@ from .errors import (
     LockUsageError,
     RedisOperationError,
 )
+from .guard import Guard
 from .keys import check_lease, check_seconds
 from .leases import LostCallback, Owner
 from .runtime import Runtime
@@ -127,6 +129,8 @@ class MemberLock(Protocol):
     def on_lost(
         self, callback: LostCallback, *, owner: Owner | None = ...
     ) -> Callable[[], None]: ...
+
+    def release_lost(self, *, owner: Owner | None = ...) -> LockLostError | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -652,6 +656,30 @@ class MultiLock:
                 raise result
         return any(results)
 
+    async def _release_lost(self, owner: Owner | None) -> None:
+        """The release when a guard tells the loss: as :meth:`unlock`, but the lost members
+        give back their lost counts at once, without waiting for their cleanups (those go
+        on in the background); the members still held are released for real."""
+        who = self._owner(owner)
+        stats = self._stats(who)
+        held: list[Member] = []
+        results: dict[Member, BaseException | None] = {}
+        for member, member_stats in zip(self._members, stats, strict=True):
+            if member_stats.hold_count:
+                held.append(member)
+            elif member_stats.lost:
+                results[member] = member.lock.release_lost(owner=who)
+        if held:
+            start = asyncio.get_running_loop().time()
+            seconds = cleanup_deadline(start, self._bounds) - start
+            results.update(await self._release(held, who, seconds))
+        if not results:
+            return
+        try:
+            self._report_release(who, results)
+        except LockLostError:
+            return
+
     async def _unlock_at_exit(
         self, exc: BaseException | None, owner: Owner | None, *, lost_ok: bool = False
     ) -> None:
@@ -735,41 +763,20 @@ class MultiLock:
         the body ended but the releases at its end find the multi-lock lost (see
         :meth:`unlock`)."""
         await self.lock(lease_time, owner=owner)
-        task = current_task()
-        cancelling = task.cancelling()
-        state = {"inside": True, "cancelled": False}
-        lost_error: list[LockLostError] = []
 
-        def lost(error: LockLostError) -> None:
-            if state["inside"]:
-                state["cancelled"] = True
-                lost_error.append(error)
-                task.cancel(f"aiolock: {self._kind} {self.name!r} was lost")
-
-        try:
-            remove = self.on_lost(lost, owner=owner)  # lost already: told at the first await
-        except BaseException as exc:  # never expected (it was just taken): give it back
+        async def release(exc: BaseException | None) -> None:
             await self._unlock_at_exit(exc, owner)
-            raise
-        try:
+
+        async def release_lost() -> None:
+            await self._release_lost(owner)
+
+        async with Guard(
+            f"{self._kind} {self.name!r}",
+            functools.partial(self.on_lost, owner=owner),
+            release,
+            release_lost,
+        ):
             yield self
-        except asyncio.CancelledError as exc:
-            state["inside"] = False
-            if state["cancelled"] and task.uncancel() <= cancelling:
-                await self._unlock_at_exit(None, owner, lost_ok=True)
-                raise lost_error[0] from exc
-            await self._unlock_at_exit(exc, owner)
-            raise
-        except BaseException as exc:
-            state["inside"] = False
-            await self._unlock_at_exit(exc, owner)
-            raise
-        else:
-            state["inside"] = False
-            await self._unlock_at_exit(None, owner)
-        finally:
-            state["inside"] = False
-            remove()
 
     # -- reading --------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ release of one permit wakes one waiter, not all of them.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -43,6 +43,7 @@ from .errors import (
     LockTimeout,
     RedisOperationError,
 )
+from .guard import Guard
 from .keys import (
     MAX_PERMITS,
     PUBLISH,
@@ -659,38 +660,22 @@ class PermitExpirableSemaphore:
         """:meth:`permit`, and the body is cancelled if the permit is lost (as
         ``Lock.guard``): LockLostError is raised from the ``async with`` then."""
         permit = await self._take(lease_time, wait_time, owner)
-        task = asyncio.current_task()
-        assert task is not None
-        cancelling = task.cancelling()
-        state = {"inside": True, "cancelled": False}
-
-        def lost(_: LockLostError) -> None:
-            if state["inside"]:
-                state["cancelled"] = True
-                task.cancel(f"aiolock: permit {permit} of {self.name!r} was lost")
-
         hold = self._hold(permit, lost_ok=True)  # lost already: told at the first await
-        remove = self._runtime.use(closed_ok=True).leases.on_lost(hold, lost)
-        try:
+        rt = self._runtime.use(closed_ok=True)
+
+        async def release(exc: BaseException | None) -> None:
+            await self._release_at_exit(permit, exc)
+
+        async def release_lost() -> None:
+            acquire.release_lost(rt, self._rule, hold.owner)
+
+        async with Guard(
+            f"permit {permit} of {self.name!r}",
+            functools.partial(rt.leases.on_lost, hold),
+            release,
+            release_lost,
+        ):
             yield permit
-        except asyncio.CancelledError as exc:
-            state["inside"] = False
-            if state["cancelled"] and task.uncancel() <= cancelling:
-                await self._release_at_exit(permit, None, lost_ok=True)
-                assert hold.lost is not None
-                raise hold.lost from exc
-            await self._release_at_exit(permit, exc)
-            raise
-        except BaseException as exc:
-            state["inside"] = False
-            await self._release_at_exit(permit, exc)
-            raise
-        else:
-            state["inside"] = False
-            await self._release_at_exit(permit, None)
-        finally:
-            state["inside"] = False
-            remove()
 
     async def _take(
         self, lease_time: float | None, wait_time: float | None, owner: Owner | None

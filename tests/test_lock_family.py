@@ -226,6 +226,36 @@ async def test_a_force_unlock_elsewhere_cancels_the_guard(
     assert not lock.statistics().held
 
 
+@pytest.mark.slow
+async def test_a_guard_tells_a_loss_at_once_when_the_server_is_gone(
+    proxy: TcpProxy, make_lock: LockFactory
+) -> None:
+    """Issue 20, item 6: the server stops answering, the hold is lost when its lease runs
+    out unrenewed and the guarded body is cancelled; LockLostError reaches the caller at
+    once, not after waiting out cleanup_timeout for a release that cannot succeed (the
+    hold's cleanup goes on in the background)."""
+    loop = asyncio.get_running_loop()
+    command_timeout = 0.8  # the cleanup's attempt to remove the hold waits at least this
+    async with aiolock.from_url(
+        proxy.url, watchdog_timeout=1.0, command_timeout=command_timeout, cleanup_timeout=3
+    ) as client:
+        lock = make_lock(client, "family-gone")
+        cancelled_at: float | None = None
+        with pytest.raises(aiolock.LockLostError):
+            async with lock.guard():
+                proxy.blackhole_replies()
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    cancelled_at = loop.time()
+                    raise
+        told_at = loop.time()
+        proxy.pass_through()
+        assert cancelled_at is not None
+        assert told_at - cancelled_at < command_timeout / 2
+        assert not lock.statistics().held
+
+
 STALLED: dict[str, LockFactory] = {
     **FACTORIES,
     "read_lock": lambda client, name: client.read_write_lock(name).read_lock(),
