@@ -16,7 +16,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from . import decorator
-from .acquire import Rule, cleanup_deadline
+from .commands import cleanup_deadline
 from .config import Config
 from .contexts import async_only
 from .errors import LockTimeout, WrongEventLoopError
@@ -30,6 +30,7 @@ from .metrics import Metrics, resolve
 from .multilock import MemberLock
 from .pubsub import PubSub
 from .redlock import DRIFT_FACTOR, RedLock
+from .rules import Rule
 from .runtime import Runtime
 from .rwlock import ReadWriteLock
 from .semaphore import PermitExpirableSemaphore, Semaphore

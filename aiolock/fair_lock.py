@@ -31,8 +31,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import acquire, scripts
-from .acquire import Attempt, Command, GiveUp
+from . import commands, scripts
 from .keys import (
     PUBLISH,
     UNLOCK_MESSAGE,
@@ -44,6 +43,7 @@ from .keys import (
 )
 from .leases import HoldState, Owner, Renewal
 from .lock import Lock, LockRule
+from .rules import Attempt, Command, GiveUp
 from .runtime import Runtime, RuntimeSource, runtime_of
 
 #: the wait allowance of a waiter without ``wait_time`` (seconds), see :class:`FairLock`
@@ -251,7 +251,7 @@ class FairLock(Lock):
         """The owners waiting in line, first first, with their deadlines as Unix times
         (seconds; NaN: none), read from the server; waiters past their deadline included."""
         rule = self._fair_rule
-        reply: Any = await acquire.read(
+        reply: Any = await commands.read(
             self._runtime.use(),
             self.name,
             "EVAL",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import acquire, scripts
-from .acquire import NOT_RUN, Attempt, Command
+from . import commands, scripts
 from .keys import check_seconds, token_key
 from .leases import Owner
 from .lock import Lock, LockRule
+from .rules import NOT_RUN, Attempt, Command
 from .runtime import Runtime
 
 
@@ -31,7 +31,7 @@ class FencedRule(LockRule):
         return Attempt(True, token=value) if acquired else Attempt(False, value)
 
     async def token(self, rt: Runtime) -> int:
-        value = await acquire.read(rt, self.key, "GET", self._token_key, what="reading a token")
+        value = await commands.read(rt, self.key, "GET", self._token_key, what="reading a token")
         return int(value) if value is not None else 0
 
     async def settle_attempt(self, rt: Runtime, owner: str, count: int) -> Attempt | Any:

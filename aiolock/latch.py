@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import acquire, scripts
-from .acquire import GRANTED, NOT_RUN, Attempt, Command
+from . import acquire, commands, scripts
 from .errors import LockStateError
 from .keys import (
     CLASSIC_PUBLISH,
@@ -42,6 +41,7 @@ from .keys import (
 from .leases import Owner
 from .pubsub import ALL
 from .requests import REQUEST_TTL_MS, latches_of, mutate
+from .rules import GRANTED, NOT_RUN, Attempt, Command
 from .runtime import Runtime, RuntimeSource, runtime_of
 from .semaphore import GrantRule
 from .transport import pack
@@ -144,7 +144,7 @@ class CountDownLatch:
 
     async def get_count(self) -> int:
         """The count now (0: open)."""
-        value = await acquire.read(
+        value = await commands.read(
             self._runtime.use(), self.name, "GET", self.name, what="get_count"
         )
         return max(0, int(value)) if value is not None else 0

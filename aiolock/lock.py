@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn
 
-from . import acquire, scripts
-from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule
+from . import acquire, commands, releases, scripts
 from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
 from .guard import Guard
@@ -27,6 +26,7 @@ from .keys import (
 )
 from .leases import Hold, HoldState, LostCallback, Owner, Renewal
 from .pubsub import ALL
+from .rules import GRANTED, NOT_RUN, Attempt, Command, Rule
 from .runtime import Runtime, RuntimeSource, runtime_of
 from .transport import NotSent
 
@@ -94,7 +94,7 @@ class LockRule(Rule):
 
     async def count(self, rt: Runtime, owner: str) -> int:
         """The owner's hold count on the server."""
-        value = await acquire.read(rt, self.key, "HGET", self.name, owner, what="reading a hold")
+        value = await commands.read(rt, self.key, "HGET", self.name, owner, what="reading a hold")
         return int(value) if value is not None else 0
 
     async def settle_attempt(self, rt: Runtime, owner: str, count: int) -> Attempt | Any:
@@ -245,7 +245,7 @@ class Lock:
         """
         runtime = self._runtime
         rt = runtime.use(closed_ok=True)  # a closed client's lost holds are reported
-        await acquire.release(rt, self._rule, self._owner(owner))
+        await releases.release(rt, self._rule, self._owner(owner))
 
     async def force_unlock(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held.
@@ -255,7 +255,7 @@ class Lock:
         runtime = self._runtime
         rt = runtime.use()
         try:
-            reply = await acquire.command(rt, self.name, self._rule.force_unlock(), None)
+            reply = await commands.command(rt, self.name, self._rule.force_unlock(), None)
         except NotSent as exc:
             raise RedisOperationError(f"force_unlock of {self.name!r}: {exc}") from exc
         if not isinstance(reply, int):  # idempotent: a lost reply may be asked again
@@ -310,7 +310,7 @@ class Lock:
             await unlock_at_exit(self, exc, owner)
 
         async def release_lost() -> None:
-            acquire.release_lost(rt, self._rule, hold.owner)  # hold.owner: resolved already
+            releases.release_lost(rt, self._rule, hold.owner)  # hold.owner: resolved already
 
         async with Guard(
             f"the hold on {self.name!r}",
@@ -327,7 +327,7 @@ class Lock:
 
         :meta private:
         """
-        return acquire.release_lost(
+        return releases.release_lost(
             self._runtime.use(closed_ok=True), self._rule, self._owner(owner)
         )
 
@@ -383,7 +383,7 @@ class Lock:
         return pttl / 1000
 
     async def _read(self, *args: Any) -> Any:
-        return await acquire.read(self._runtime.use(), self.name, *args, what=args[0])
+        return await commands.read(self._runtime.use(), self.name, *args, what=args[0])
 
     def _owner(self, owner: Owner | None) -> Owner:
         """The owner whose hold an operation is about: ``owner``, or the current task's."""

@@ -83,7 +83,7 @@ from typing import Any, NoReturn, Protocol
 
 import anyio
 
-from .acquire import cleanup_deadline, give_up_point
+from .commands import cleanup_deadline, give_up_point
 from .config import Config
 from .contexts import async_only
 from .errors import (
@@ -480,7 +480,7 @@ class MultiLock:
 
     def _release_budget(self, wait_until: float | None) -> float:
         """How long a failing acquisition waits for its releases: until it gives up so as to
-        have returned within ``wait_time + command_timeout`` (acquire.give_up_point), at
+        have returned within ``wait_time + command_timeout`` (commands.give_up_point), at
         most ``cleanup_timeout``; what is not done by then goes on in the background."""
         if wait_until is None:
             return self._cleanup_timeout

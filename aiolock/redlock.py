@@ -69,7 +69,7 @@ import random
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from .acquire import cancel_allowance, cleanup_deadline, give_up_point
+from .commands import cancel_allowance, cleanup_deadline, give_up_point
 from .errors import (
     AioLockError,
     ClientClosedError,

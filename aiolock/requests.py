@@ -29,9 +29,11 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from .acquire import NOT_RUN, Command, cancel_allowance, wait_shielded
+from .commands import cancel_allowance
 from .errors import OutcomeUnknownError, RedisOperationError, RedisUnavailableError
 from .keys import requests_key
+from .operation import wait_shielded
+from .rules import NOT_RUN, Command
 from .runtime import Runtime, RuntimeSource, runtime_of
 from .tasks import new_id
 from .transport import ErrorReply, NotSent, OutcomeUnknown, is_readonly
@@ -97,7 +99,7 @@ class RequestLatches:
 
     async def read(self, rt: Runtime, name: str, request: str) -> bytes | None:
         """The recorded reply of ``request`` (None: it did not run, or is forgotten)."""
-        from .acquire import read
+        from .commands import read
 
         value: bytes | None = await read(
             rt, name, "HGET", self.key(name), request, what="reading a request latch"

@@ -24,8 +24,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
-from . import acquire, scripts
-from .acquire import Attempt, Command
+from . import commands, scripts
 from .errors import LockUsageError
 from .keys import (
     PUBLISH,
@@ -36,6 +35,7 @@ from .keys import (
 )
 from .leases import HoldState, Owner, Renewal
 from .lock import Lock, LockRule
+from .rules import Attempt, Command
 from .runtime import Runtime, RuntimeSource, runtime_of
 
 _READ_HELD = b"READ_HELD"
@@ -275,7 +275,7 @@ class ReadWriteLock:
 
     async def mode(self) -> str | None:
         """``"read"``, ``"write"`` or None (free), read from the server."""
-        value = await acquire.read(
+        value = await commands.read(
             self._runtime.use(), self.name, "HGET", self.name, "mode", what="HGET"
         )
         return None if value is None else bytes(value).decode()

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn
 
-from . import acquire, scripts
-from .acquire import GRANTED, NOT_RUN, Attempt, Command, Rule
+from . import acquire, commands, operation, releases, scripts
 from .contexts import async_only
 from .errors import (
     AioLockError,
@@ -56,6 +55,7 @@ from .keys import (
 )
 from .leases import Hold, HoldState, LostCallback, Owner, Renewal, SingleUseOwner
 from .requests import REQUEST_TTL_MS, RequestLatches, latches_of, mutate
+from .rules import GRANTED, NOT_RUN, Attempt, Command, Rule
 from .runtime import Runtime, RuntimeSource, runtime_of
 from .transport import OutcomeUnknown
 
@@ -272,7 +272,7 @@ class Semaphore:
 
     async def available_permits(self) -> int:
         """How many permits are available now (on the server)."""
-        value = await acquire.read(
+        value = await commands.read(
             self._runtime.use(), self.name, "GET", self.name, what="available_permits"
         )
         return int(value) if value is not None else 0
@@ -305,7 +305,7 @@ class Semaphore:
         if granted is not None and rt.leases.closed:
             # The client closed while the grant was on its way (aclose waits for replies in
             # flight): no grant; its permits go back before saying so, as a lock's are.
-            await acquire.wait_shielded(rt.spawn(rule.give_back()), rt.config.cleanup_timeout)
+            await operation.wait_shielded(rt.spawn(rule.give_back()), rt.config.cleanup_timeout)
             raise ClientClosedError(f"the client closed while acquiring {self.name!r}")
         return granted is not None
 
@@ -457,7 +457,7 @@ class PermitRule(Rule):
 
     async def held(self, rt: Runtime, permit: str) -> bool:
         """Whether the permit is in the semaphore's set (on the server)."""
-        score = await acquire.read(
+        score = await commands.read(
             rt, self.key, "ZSCORE", self._timeouts, bytes.fromhex(permit), what="reading a permit"
         )
         return score is not None
@@ -609,7 +609,7 @@ class PermitExpirableSemaphore:
         hold = rt.leases.holds.get((self.name, permit))
         if hold is not None and (hold.count or hold.stale):
             try:
-                await acquire.release(rt, self._rule, hold.owner)
+                await releases.release(rt, self._rule, hold.owner)
             except LockLostError:
                 raise
             except LockNotOwnedError:  # released meanwhile by a concurrent call
@@ -667,7 +667,7 @@ class PermitExpirableSemaphore:
             await self._release_at_exit(permit, exc)
 
         async def release_lost() -> None:
-            acquire.release_lost(rt, self._rule, hold.owner)
+            releases.release_lost(rt, self._rule, hold.owner)
 
         async with Guard(
             f"permit {permit} of {self.name!r}",
@@ -759,7 +759,7 @@ class PermitExpirableSemaphore:
         rule = self._rule
         cmd = scripts.PERMIT_COUNTS.command(rule._keys(), (PUBLISH, RECLAIM_LIMIT))
         for _ in range(2):  # it only returns expired permits: harmless to run again
-            reply = await acquire.command(rt, self.name, cmd, None)
+            reply = await commands.command(rt, self.name, cmd, None)
             if isinstance(reply, list):
                 return int(reply[0]), int(reply[1])
             if not isinstance(reply, OutcomeUnknown):

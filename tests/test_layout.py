@@ -186,7 +186,13 @@ def test_no_import_circle() -> None:
 #: The modules of the lock types and of what lies below them: they are handed the runtime and
 #: never import the client, even inside a function or for type checking.
 BELOW_THE_CLIENT = (
+    "aiolock.rules",
+    "aiolock.commands",
+    "aiolock.operation",
+    "aiolock.settle",
+    "aiolock.releases",
     "aiolock.acquire",
+    "aiolock.guard",
     "aiolock.runtime",
     "aiolock.leases",
     "aiolock.pubsub",
