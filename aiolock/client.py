@@ -26,8 +26,8 @@ from .keys import check_name, check_seconds
 from .latch import CountDownLatch
 from .leases import Hold, Leases, Owner
 from .lock import Lock, unlock_at_exit
+from .members import MemberLock
 from .metrics import Metrics, resolve
-from .multilock import MemberLock
 from .pubsub import PubSub
 from .redlock import DRIFT_FACTOR, RedLock
 from .rules import Rule

@@ -71,17 +71,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import inspect
 import logging
 import math
 import random
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NoReturn, Protocol
-
-import anyio
+from typing import Any, NoReturn
 
 from .commands import cleanup_deadline, give_up_point
 from .config import Config
@@ -91,46 +87,27 @@ from .errors import (
     LockLostError,
     LockNotOwnedError,
     LockUsageError,
-    RedisOperationError,
 )
 from .guard import Guard
 from .keys import check_lease, check_seconds
 from .leases import LostCallback, Owner
-from .runtime import Runtime
-from .tasks import current_task, new_id
+from .members import (
+    Member,
+    MemberLock,
+    keep,
+    member_order,
+    member_stats,
+    members_of,
+    other_task_owners,
+    release_members,
+    report_release,
+    run_callback,
+    task_owner,
+    wait_shielded,
+)
+from .tasks import current_task
 
 logger = logging.getLogger("aiolock")
-
-
-class MemberLock(Protocol):
-    """What a multi-lock or red lock needs of a member: the public surface every aiolock lock
-    type shares (and the runtime of the client it belongs to)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def runtime(self) -> Runtime: ...
-
-    async def try_lock(
-        self, wait_time: float = ..., lease_time: float | None = ..., *, owner: Owner | None = ...
-    ) -> bool: ...
-
-    async def lock(self, lease_time: float | None = ..., *, owner: Owner | None = ...) -> None: ...
-
-    async def unlock(self, *, owner: Owner | None = ...) -> None: ...
-
-    def statistics(self, *, owner: Owner | None = ...) -> Any: ...
-
-    async def is_locked(self) -> bool: ...
-
-    async def hold_count(self, *, owner: Owner | None = ...) -> int: ...
-
-    def on_lost(
-        self, callback: LostCallback, *, owner: Owner | None = ...
-    ) -> Callable[[], None]: ...
-
-    def release_lost(self, *, owner: Owner | None = ...) -> LockLostError | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,85 +138,6 @@ class MultiLockStatistics:
     members: tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
-    lock: MemberLock
-    runtime: Runtime
-    #: (server address, database)
-    server: tuple[str, int]
-
-
-# -- owners ----------------------------------------------------------------------------------
-
-#: the numbers of the multi-lock owners of each task, by client id (numbers, not Owners: an
-#: Owner refers to its task, which would keep the weak key alive)
-_TASK_OWNERS: weakref.WeakKeyDictionary[asyncio.Task[Any], dict[str, int]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def task_owner(runtime: Runtime) -> Owner:
-    """The current task's owner of the multi-locks and red locks whose first member is on
-    ``runtime``'s client (its number made on first use; its id is ``<client uuid>:<n>``)."""
-    task = current_task()
-    numbers = _TASK_OWNERS.get(task)
-    if numbers is None:
-        numbers = _TASK_OWNERS[task] = {}
-    number = numbers.get(runtime.id)
-    if number is None:
-        number = numbers[runtime.id] = new_id()
-    return Owner(f"{runtime.id}:{number}", task)
-
-
-def _other_task_owners(who: Owner, task: asyncio.Task[Any]) -> list[Owner]:
-    """The other owners of multi-locks and red locks of ``task``."""
-    numbers = _TASK_OWNERS.get(task, {})
-    owners = [Owner(f"{client_id}:{n}", task) for client_id, n in numbers.items()]
-    return [owner for owner in owners if owner.id != who.id]
-
-
-# -- background work -------------------------------------------------------------------------
-
-#: cleanups spanning several clients (each member's own work runs on its client's spawn)
-_DETACHED: set[asyncio.Task[Any]] = set()
-
-
-def detach(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-    """Run ``coro`` in a task that nobody awaits; failures are logged."""
-    task = asyncio.get_running_loop().create_task(coro)
-    _DETACHED.add(task)
-    task.add_done_callback(_detached_done)
-    return task
-
-
-def _detached_done(task: asyncio.Task[Any]) -> None:
-    _DETACHED.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("aiolock: a multi-lock cleanup failed", exc_info=task.exception())
-
-
-def keep(task: asyncio.Task[Any]) -> None:
-    """Keep a task its caller no longer waits for until it ends (its outcome is retrieved:
-    what it raises was told to that caller or does not matter any more)."""
-    _DETACHED.add(task)
-    task.add_done_callback(_DETACHED.discard)
-    task.add_done_callback(retrieve)
-
-
-def retrieve(task: asyncio.Future[Any]) -> None:
-    """A done callback that marks a task's exception as seen (it is reported elsewhere)."""
-    if not task.cancelled():
-        task.exception()
-
-
-async def wait_shielded(tasks: Collection[asyncio.Future[Any]], seconds: float) -> None:
-    """Wait for ``tasks`` at most ``seconds``, shielded from anyio cancel scopes (they go on
-    either way; a second native cancellation still ends the wait)."""
-    if tasks and seconds > 0:
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait(tasks, timeout=seconds)
-
-
 # -- the multi-lock --------------------------------------------------------------------------
 
 
@@ -256,8 +154,8 @@ class MultiLock:
     _kind = "multi-lock"
 
     def __init__(self, locks: Sequence[MemberLock], *, name: str | None = None) -> None:
-        members = _members(locks, self._kind)
-        self._members: tuple[Member, ...] = tuple(sorted(members, key=_order))
+        members = members_of(locks, self._kind)
+        self._members: tuple[Member, ...] = tuple(sorted(members, key=member_order))
         self.name = name if name is not None else ", ".join(m.lock.name for m in self._members)
         clients = {id(m.runtime): m.runtime for m in self._members}.values()
         self._cleanup_timeout = max(c.config.cleanup_timeout for c in clients)
@@ -328,7 +226,7 @@ class MultiLock:
             task = asyncio.current_task()
         if task is None or who.task is not task:
             return  # an explicit owner: whatever else holds them is another owner
-        others = _other_task_owners(who, task)
+        others = other_task_owners(who, task)
         for member in members:
             if member.runtime.closed:
                 continue
@@ -476,7 +374,7 @@ class MultiLock:
         members = taken[:]
         taken.clear()
         if members:
-            await self._release(members, who, seconds)
+            await release_members(members, who, seconds)
 
     def _release_budget(self, wait_until: float | None) -> float:
         """How long a failing acquisition waits for its releases: until it gives up so as to
@@ -546,99 +444,8 @@ class MultiLock:
                 f"{self._kind} {self.name!r} is not held by {who.id}", name=self.name, owner=who.id
             )
         start = asyncio.get_running_loop().time()
-        results = await self._release(targets, who, cleanup_deadline(start, self._bounds) - start)
-        self._report_release(who, results)
-
-    def _report_release(self, who: Owner, results: dict[Member, BaseException | None]) -> None:
-        """Raise what the member releases say of the hold (see :meth:`unlock`). Held to the
-        end: a quorum of them (every member of a multi-lock) confirmed released. Lost:
-        fewer than that, and not even with the releases left unconfirmed (which may or may
-        not have found their member held), because members were found lost."""
-        released = [m for m, e in results.items() if e is None]
-        lost = [e for e in results.values() if isinstance(e, LockLostError)]
-        unconfirmed = [
-            e
-            for e in results.values()
-            if e is not None and not isinstance(e, LockNotOwnedError)  # nor LockLostError
-        ]
-        members, quorum = len(self._members), self.quorum
-        for member, error in results.items():
-            if error is not None:
-                logger.debug(
-                    "aiolock: %s %r: releasing %r on %s failed: %s",
-                    self._kind,
-                    self.name,
-                    member.lock.name,
-                    "{}/{}".format(*member.server),
-                    error,
-                )
-        if len(released) >= quorum:
-            return
-        if len(released) + len(unconfirmed) < quorum:
-            if lost:
-                raise LockLostError(
-                    f"{self._kind} {self.name!r} held by {who.id} was lost: "
-                    + (
-                        f"only {len(released)} of its {members} members were still held at "
-                        f"unlock (a quorum is {quorum}); the first lost: {lost[0]}"
-                        if quorum < members
-                        else str(lost[0])
-                    ),
-                    name=self.name,
-                    owner=who.id,
-                ) from lost[0]
-            missing = ", ".join(repr(m.lock.name) for m in self._members if m not in released)
-            raise LockNotOwnedError(
-                f"{self._kind} {self.name!r}: {who.id} held only {len(released)} of its "
-                f"{members} members (not {missing})"
-                + (f", fewer than a quorum of {quorum}" if quorum < members else "")
-                + "; those it held were released",
-                name=self.name,
-                owner=who.id,
-            )
-        raise RedisOperationError(
-            f"releasing {self._kind} {self.name!r}: {len(unconfirmed)} of {len(results)} member "
-            f"releases were not confirmed ({unconfirmed[0]}), so whether it was held to the "
-            "end is not known; they go on in the background or expire unrenewed"
-        ) from unconfirmed[0]
-
-    async def _release(
-        self, members: Sequence[Member], who: Owner, seconds: float
-    ) -> dict[Member, BaseException | None]:
-        """Release one count of each member in parallel, each in a task of its client (so a
-        cancelled caller cannot stop them); wait for them at most ``seconds`` (shielded).
-        What each release raised (None: released)."""
-        tasks: dict[asyncio.Task[None], Member] = {}
-        results: dict[Member, BaseException | None] = {}
-        for member in members:
-            try:
-                # a closed client still reports the holds its closing lost (LockLostError)
-                spawn = member.runtime.use(closed_ok=True).spawn
-            except AioLockError as exc:  # another event loop
-                results[member] = exc
-                continue
-            task = spawn(member.lock.unlock(owner=who))
-            task.add_done_callback(retrieve)
-            tasks[task] = member
-        loop = asyncio.get_running_loop()
-        until = loop.time() + seconds
-        try:
-            if tasks:
-                await asyncio.wait(tasks, timeout=seconds)
-        except asyncio.CancelledError:
-            await wait_shielded(tasks, until - loop.time())
-            raise
-        for task, member in tasks.items():
-            if not task.done():
-                results[member] = _Unconfirmed(
-                    f"releasing {member.lock.name!r} did not end within {seconds:.3g} s; "
-                    "it goes on in the background"
-                )
-            elif task.cancelled():
-                results[member] = _Unconfirmed(f"releasing {member.lock.name!r} was cancelled")
-            else:
-                results[member] = task.exception()
-        return results
+        results = await release_members(targets, who, cleanup_deadline(start, self._bounds) - start)
+        report_release(self._kind, self.name, self._members, self.quorum, who, results)
 
     async def force_unlock(self) -> bool:
         """Force-unlock every member, in parallel, whoever holds it (each member's own
@@ -664,19 +471,19 @@ class MultiLock:
         stats = self._stats(who)
         held: list[Member] = []
         results: dict[Member, BaseException | None] = {}
-        for member, member_stats in zip(self._members, stats, strict=True):
-            if member_stats.hold_count:
+        for member, of_member in zip(self._members, stats, strict=True):
+            if of_member.hold_count:
                 held.append(member)
-            elif member_stats.lost:
+            elif of_member.lost:
                 results[member] = member.lock.release_lost(owner=who)
         if held:
             start = asyncio.get_running_loop().time()
             seconds = cleanup_deadline(start, self._bounds) - start
-            results.update(await self._release(held, who, seconds))
+            results.update(await release_members(held, who, seconds))
         if not results:
             return
         try:
-            self._report_release(who, results)
+            report_release(self._kind, self.name, self._members, self.quorum, who, results)
         except LockLostError:
             return
 
@@ -742,7 +549,7 @@ class MultiLock:
                 owner=who.id,
             )
             lost.__cause__ = error
-            _run_callback(callback, lost)
+            run_callback(callback, lost)
 
         def remove() -> None:
             while removers:
@@ -850,71 +657,6 @@ class MultiLock:
             quorum=quorum,
             members=tuple(stats),
         )
-
-
-def member_stats(member: Member, who: Owner) -> Any:
-    """The member's statistics for ``who``; a closed client's lock still reports the holds
-    its closing lost (lost, until unlocked)."""
-    return member.lock.statistics(owner=who)
-
-
-class _Unconfirmed(RedisOperationError):
-    """A member release that did not end in time (it goes on in the background)."""
-
-
-def _run_callback(callback: LostCallback, error: LockLostError) -> None:
-    try:
-        result = callback(error)
-        if inspect.isawaitable(result):
-            detach(_await(result))
-    except Exception:
-        logger.exception("aiolock: an on_lost callback failed")
-
-
-async def _await(awaitable: Any) -> None:
-    try:
-        await awaitable
-    except Exception:
-        logger.exception("aiolock: an on_lost callback failed")
-
-
-# -- members ---------------------------------------------------------------------------------
-
-
-def _members(locks: Sequence[Any], kind: str) -> list[Member]:
-    """Check the member locks (before any I/O); raise TypeError / ValueError."""
-    if isinstance(locks, str | bytes) or not isinstance(locks, Sequence):
-        raise TypeError(f"a {kind} takes lock objects, not {type(locks).__name__}")
-    if not locks:
-        raise ValueError(f"a {kind} needs at least one lock")
-    members: list[Member] = []
-    seen: dict[tuple[str, int, str], Any] = {}
-    for lock in locks:
-        runtime = getattr(lock, "runtime", None)
-        name = getattr(lock, "name", None)
-        if (
-            not isinstance(runtime, Runtime)
-            or not isinstance(name, str)
-            or not all(
-                callable(getattr(lock, method, None))
-                for method in ("try_lock", "lock", "unlock", "statistics", "on_lost")
-            )
-        ):
-            raise TypeError(f"a {kind} takes aiolock lock objects, not {lock!r}")
-        server = runtime.deployment
-        key = (*server, name)
-        if key in seen:
-            raise ValueError(
-                f"{lock!r} and {seen[key]!r} are the same lock ({name!r} on "
-                f"{server[0]}/{server[1]}); a {kind} takes each lock once"
-            )
-        seen[key] = lock
-        members.append(Member(lock, runtime, server))
-    return members
-
-
-def _order(member: Member) -> tuple[str, int, str]:
-    return (*member.server, member.lock.name)
 
 
 def _in_task() -> bool:

@@ -76,14 +76,15 @@ from .errors import (
     RedisOperationError,
 )
 from .leases import Owner
-from .multilock import (
+from .members import (
     Member,
     MemberLock,
-    MultiLock,
     detach,
     member_stats,
+    release_members,
     wait_shielded,
 )
+from .multilock import MultiLock
 
 logger = logging.getLogger("aiolock")
 
@@ -302,7 +303,7 @@ class RedLock(MultiLock):
         first = [m for t, m in attempts.items() if t in granted]
         waits: list[Awaitable[Any]] = []
         if first:
-            waits.append(self._release(first, who, self._cleanup_timeout))
+            waits.append(release_members(first, who, self._cleanup_timeout))
         if running:
             waits.append(asyncio.wait(running, timeout=limit))
         await asyncio.gather(*waits)
@@ -322,11 +323,11 @@ class RedLock(MultiLock):
             elif _granted(task):
                 took.append(member)
         if took:
-            await self._release(took, who, self._cleanup_timeout)
+            await release_members(took, who, self._cleanup_timeout)
 
     def _release_late(self, member: Member, who: Owner, task: asyncio.Task[bool]) -> None:
         if _granted(task):
-            detach(self._release([member], who, self._cleanup_timeout))
+            detach(release_members([member], who, self._cleanup_timeout))
 
 
 def _granted(task: asyncio.Task[bool]) -> bool:

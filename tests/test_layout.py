@@ -203,6 +203,7 @@ BELOW_THE_CLIENT = (
     "aiolock.rwlock",
     "aiolock.semaphore",
     "aiolock.latch",
+    "aiolock.members",
     "aiolock.multilock",
     "aiolock.redlock",
     "aiolock.decorator",
