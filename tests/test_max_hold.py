@@ -226,6 +226,7 @@ async def test_bad_max_hold_is_refused_before_any_redis_call(
 ) -> None:
     client = make_client()
     lock = client.lock("cap-bad")
+    bad: Any
     for bad, error in (
         (0, ValueError),
         (-1, ValueError),
