@@ -221,6 +221,45 @@ async def test_multi_lock_members_follow_their_clients_cap(
     assert body == ["cancelled"]
 
 
+@pytest.mark.slow
+async def test_multi_lock_members_carry_their_own_caps(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    """Per multi-lock: give its member lock objects the cap."""
+    client = make_client(**FAST)
+    multi = aiolock.multi_lock(
+        client.lock("cap-o1", max_hold=0.6), client.fair_lock("cap-o2", max_hold=0.6)
+    )
+    told: list[LockLostError] = []
+    await multi.lock()
+    multi.on_lost(told.append)
+    await _until(lambda: bool(told), within=3)
+    assert "max_hold of 0.6 s" in str(told[0])
+    with pytest.raises(LockLostError):
+        await multi.unlock()
+
+
+@pytest.mark.slow
+async def test_an_expirable_permit_renewed_by_the_watchdog_is_capped_too(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    client = make_client(**FAST)
+    pes = client.permit_expirable_semaphore("cap-permits")
+    assert await pes.try_set_permits(1)
+    permit = await pes.acquire(max_hold=0.6)
+    told: list[LockLostError] = []
+    pes.on_lost(permit, told.append)
+    await asyncio.sleep(0.45)  # past the first lease: renewed
+    assert not told
+    await _until(lambda: bool(told), within=3)
+    assert "max_hold of 0.6 s" in str(told[0])
+    with pytest.raises(LockLostError, match="max_hold"):
+        await pes.release(permit)
+    assert await pes.try_acquire(2) is not None  # the permit came back
+    with pytest.raises(ValueError, match="lease_time"):
+        await pes.acquire(lease_time=5, max_hold=10)
+
+
 async def test_bad_max_hold_is_refused_before_any_redis_call(
     make_client: Callable[..., aiolock.AioLock],
 ) -> None:
