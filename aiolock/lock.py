@@ -216,8 +216,6 @@ class Lock:
         ``wait`` ran out). A plain function: no coroutine frame of its own per waiter
         (unless the hold is capped: max_hold)."""
         client = self._client
-        rt = client.runtime()
-        who = self._owner(owner)
         cap = None
         if lease_time is None:
             lease_ms = to_millis(client.config.watchdog_timeout)
@@ -236,6 +234,8 @@ class Lock:
                     "max_hold caps the watchdog's renewals; a hold taken with lease_time is "
                     "never renewed (its lease is its cap): pass one or the other"
                 )
+        rt = client.runtime()
+        who = self._owner(owner)
         held = rt.leases.get(self.name, who)
         if held is not None and held.cap != math.inf:
             lease_ms = rt.leases.capped_lease(held, lease_ms)  # a nested acquire: never past it
