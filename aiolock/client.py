@@ -159,24 +159,30 @@ class AioLock:
 
     # -- factories ------------------------------------------------------------------------
 
-    def lock(self, name: str) -> Lock:
-        """The reentrant lock called ``name`` (no Redis call until it is used)."""
-        return Lock(self._runtime, check_name(name))
+    def lock(self, name: str, *, max_hold: float | None = None) -> Lock:
+        """The reentrant lock called ``name`` (no Redis call until it is used).
+        ``max_hold`` caps how long the watchdog renews its holds (None: ``config.max_hold``);
+        each of the locks below takes it too."""
+        return Lock(self._runtime, check_name(name), max_hold=max_hold)
 
-    def fenced_lock(self, name: str) -> FencedLock:
+    def fenced_lock(self, name: str, *, max_hold: float | None = None) -> FencedLock:
         """The fenced lock called ``name``: a lock whose acquisitions return fencing tokens."""
-        return FencedLock(self._runtime, check_name(name))
+        return FencedLock(self._runtime, check_name(name), max_hold=max_hold)
 
-    def fair_lock(self, name: str, *, wait_allowance: float | None = None) -> FairLock:
+    def fair_lock(
+        self, name: str, *, wait_allowance: float | None = None, max_hold: float | None = None
+    ) -> FairLock:
         """The fair lock called ``name``: a lock handed out first come, first served (Redisson's
         ``RFairLock`` layout). ``wait_allowance`` (seconds, 10 by default) bounds how long a
         waiter that died holds up the line once the lock is free (see :class:`FairLock`)."""
-        return FairLock(self._runtime, check_name(name), wait_allowance=wait_allowance)
+        return FairLock(
+            self._runtime, check_name(name), wait_allowance=wait_allowance, max_hold=max_hold
+        )
 
-    def read_write_lock(self, name: str) -> ReadWriteLock:
+    def read_write_lock(self, name: str, *, max_hold: float | None = None) -> ReadWriteLock:
         """The read-write lock called ``name``: ``.read_lock()`` shared by many readers,
         ``.write_lock()`` exclusive (Redisson's ``RReadWriteLock`` layout)."""
-        return ReadWriteLock(self._runtime, check_name(name))
+        return ReadWriteLock(self._runtime, check_name(name), max_hold=max_hold)
 
     def semaphore(self, name: str) -> Semaphore:
         """The semaphore called ``name`` (Redisson's RSemaphore layout)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .keys import check_lease, check_seconds
@@ -43,6 +44,13 @@ class Config:
         How long ``WAIT`` waits for the replicas (seconds; Redisson's ``slavesSyncTimeout``,
         1 s). Must be below ``command_timeout``: the WAIT's time counts in its command's.
         Commands sent after it on the same connection wait behind it.
+    max_hold:
+        None (default): the watchdog renews a hold for as long as it is held. Seconds: it
+        renews a hold taken without ``lease_time`` for at most this long after the grant,
+        then lets the lease run out, so a stuck holder cannot keep a lock for ever; the loss
+        is reported like any other (``on_lost``, ``guard()``, LockLostError naming the
+        cap). Each ``lock()``/``try_lock()``/``guard()`` call may pass its own
+        ``max_hold``. See docs/locks.md, "Capping a hold".
     sharded_pubsub:
         Redis Cluster only: whether waiters listen with sharded pub/sub (SSUBSCRIBE, and
         scripts publish with SPUBLISH) or classic (SUBSCRIBE/PUBLISH). None (the default)
@@ -60,6 +68,7 @@ class Config:
     replica_acks: int = 0
     replica_ack_timeout: float = 1.0
     sharded_pubsub: bool | None = None
+    max_hold: float | None = None
 
     def __post_init__(self) -> None:
         check_lease(self.watchdog_timeout, "watchdog_timeout")
@@ -85,6 +94,8 @@ class Config:
                 "replica_ack_timeout must be below command_timeout (the WAIT is part of the "
                 f"command), got {self.replica_ack_timeout} >= {self.command_timeout}"
             )
+        if self.max_hold is not None:
+            check_max_hold(self.max_hold)
         if self.watchdog_timeout < 0.03:
             raise ValueError("watchdog_timeout must be at least 0.03 s (renewed every third)")
 
@@ -94,3 +105,10 @@ def _check_int(value: object, what: str, *, minimum: int, maximum: int) -> None:
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     if not minimum <= value <= maximum:
         raise ValueError(f"{what} must be between {minimum} and {maximum}, got {value}")
+
+
+def check_max_hold(value: object, what: str = "max_hold") -> float:
+    """Validate a cap on renewal (seconds, > 0; ``math.inf``: no cap)."""
+    if isinstance(value, float) and value == math.inf:
+        return value
+    return check_lease(value, what)

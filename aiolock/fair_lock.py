@@ -32,6 +32,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from . import commands, scripts
+from .config import check_max_hold
 from .keys import (
     PUBLISH,
     UNLOCK_MESSAGE,
@@ -195,6 +196,7 @@ class FairLock(Lock):
         *,
         wait_allowance: float | None = None,
         clock: Clock | None = None,
+        max_hold: float | None = None,
     ) -> None:
         allowance_ms = to_millis(DEFAULT_WAIT_ALLOWANCE)
         if wait_allowance is not None:
@@ -206,6 +208,7 @@ class FairLock(Lock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
         self._runtime = runtime = runtime_of(runtime)
         self.name = name
+        self._max_hold = None if max_hold is None else check_max_hold(max_hold)
         self._rule = runtime.rule(_rule_kind(allowance_ms, clock), name)
 
     @property
@@ -220,9 +223,13 @@ class FairLock(Lock):
         return self._fair_rule.allowance_ms / 1000
 
     def _grant(
-        self, wait: float | None, lease_time: float | None, owner: Owner | None
+        self,
+        wait: float | None,
+        lease_time: float | None,
+        owner: Owner | None,
+        max_hold: float | None = None,
     ) -> Coroutine[Any, Any, Attempt | None]:
-        grant = super()._grant(wait, lease_time, owner)
+        grant = super()._grant(wait, lease_time, owner, max_hold)
         return self._fair_grant(grant, self._owner(owner))
 
     async def _fair_grant(

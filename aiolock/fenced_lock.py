@@ -75,17 +75,27 @@ class FencedLock(Lock):
     _rule_class = FencedRule
 
     async def lock_and_get_token(
-        self, lease_time: float | None = None, *, owner: Owner | None = None
+        self,
+        lease_time: float | None = None,
+        *,
+        owner: Owner | None = None,
+        max_hold: float | None = None,
     ) -> int:
         """Take the lock (waiting as long as it takes) and return its fencing token."""
-        await self._grant(None, lease_time, owner)
+        await self._grant(None, lease_time, owner, max_hold)
         return self._token(owner)
 
     async def try_lock_and_get_token(
-        self, wait_time: float = 0, lease_time: float | None = None, *, owner: Owner | None = None
+        self,
+        wait_time: float = 0,
+        lease_time: float | None = None,
+        *,
+        owner: Owner | None = None,
+        max_hold: float | None = None,
     ) -> int | None:
         """Take the lock within ``wait_time`` seconds; its fencing token, or None."""
-        if await self._grant(check_seconds(wait_time, "wait_time"), lease_time, owner) is None:
+        wait = check_seconds(wait_time, "wait_time")
+        if await self._grant(wait, lease_time, owner, max_hold) is None:
             return None
         return self._token(owner)
 

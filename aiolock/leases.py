@@ -157,6 +157,8 @@ class Hold:
         "_callbacks",
         "_timer",
         "_turns",
+        "cap",
+        "capped",
         "check",
         "cleanup",
         "count",
@@ -167,6 +169,7 @@ class Hold:
         "kind",
         "lease_ms",
         "lost",
+        "max_hold",
         "name",
         "owner",
         "renewal",
@@ -209,6 +212,12 @@ class Hold:
         self.deadline = math.inf
         #: loop time of the next renewal
         self.due = math.inf
+        #: loop time past which the watchdog never carries the lease (max_hold; inf: no cap)
+        self.cap = math.inf
+        #: the max_hold (seconds) that set ``cap``, for messages
+        self.max_hold: float | None = None
+        #: the watchdog made its last renewal, up to the cap: the lease now runs out
+        self.capped = False
         self.lost: LockLostError | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._callbacks: list[LostCallback] = []
@@ -478,6 +487,26 @@ class Leases:
         if hold.state is HoldState.HELD:
             self._confirm(hold, sent_at, lease_ms)
 
+    def limit(self, hold: Hold, max_hold: float) -> None:
+        """Cap how long the watchdog renews ``hold``: never past ``max_hold`` seconds from
+        now (a cap set before, e.g. by an outer acquire, is never raised). The watchdog's
+        last renewal carries the lease up to the cap; it then runs out and the hold is lost
+        like any other (see :meth:`Watchdog._renew_due`)."""
+        if hold.state is not HoldState.HELD or hold.renewal is None:
+            return  # a hold with a lease_time is not renewed: its lease is its cap
+        cap = asyncio.get_running_loop().time() + max_hold
+        if cap < hold.cap:
+            hold.cap = cap
+            hold.max_hold = max_hold
+
+    def capped_lease(self, hold: Hold, lease_ms: int) -> int:
+        """``lease_ms``, cut so that a lease set now ends by the hold's cap (max_hold): a
+        nested acquire or release never carries a capped hold past it."""
+        if hold.cap == math.inf:
+            return lease_ms
+        left = math.floor((hold.cap - asyncio.get_running_loop().time()) * 1000)
+        return max(1, min(lease_ms, left))
+
     def _confirm(self, hold: Hold, sent_at: float, lease_ms: int) -> bool:
         deadline = max(hold.deadline, _deadline(sent_at, lease_ms))
         if deadline <= asyncio.get_running_loop().time():
@@ -504,8 +533,16 @@ class Leases:
             # uvloop's timers have millisecond resolution and may fire a little early
             self._arm(hold)
             return
-        renewed = hold.renewal is not None
-        self.lose(hold, "no renewal was confirmed in time" if renewed else "its lease ran out")
+        if hold.capped:
+            why = (
+                f"it reached its max_hold of {hold.max_hold:g} s, so the watchdog stopped "
+                "renewing it and its lease ran out"
+            )
+        elif hold.renewal is not None:
+            why = "no renewal was confirmed in time"
+        else:
+            why = "its lease ran out"
+        self.lose(hold, why)
 
     def current(self, hold: Hold) -> Hold:
         """``hold``, marked lost first if its deadline has passed."""
@@ -521,7 +558,7 @@ class Leases:
         if hold.state is HoldState.LOST or (epoch is not None and self.stale(hold, epoch)):
             return self.released(hold, epoch)
         hold.count -= 1
-        self._confirm(hold, sent_at, hold.lease_ms)
+        self._confirm(hold, sent_at, self.capped_lease(hold, hold.lease_ms))
         return None
 
     def releasing(self, hold: Hold) -> None:
@@ -611,6 +648,7 @@ class Leases:
             hold._timer.cancel()
             hold._timer = None
         self.watchdog.remove(hold)
+        hold.cap, hold.max_hold, hold.capped = math.inf, None, False
         # Its renewal goes with it: a renewal left set made the next generation's grant look
         # registered already, and the watchdog never renewed it (issue 19, symptom 3).
         hold.renewal = None
@@ -876,8 +914,10 @@ class Watchdog:
 
     async def _renew_due(self, loop: asyncio.AbstractEventLoop) -> None:
         """Renew every hold due within the next tick, grouped per script and batch key."""
-        horizon = loop.time() + self.tick
+        now = loop.time()
+        horizon = now + self.tick
         groups: dict[tuple[Script, Hashable], list[Hold]] = {}
+        last: list[Coroutine[Any, Any, None]] = []
         queue = self._queue
         while queue and queue[0][0] <= horizon:
             when, _, hold = heapq.heappop(queue)
@@ -885,6 +925,15 @@ class Watchdog:
                 continue
             if self._leases.current(hold).state is not HoldState.HELD:
                 continue  # its deadline passed unconfirmed: lost, not renewed
+            if self._near_cap(hold, now):
+                # max_hold: the last renewal, carrying the lease up to the cap and no
+                # further; the hold is never renewed again, and its lease runs out then
+                hold.capped = True
+                hold.due = math.inf
+                left = math.floor((hold.cap - now) * 1000)
+                if left >= 1:
+                    last.append(self._renew(hold.renewal.script, [hold], final_ms=left))
+                continue
             batch = (hold.renewal.script, self._transport.batch_key(hold.renewal.key))
             groups.setdefault(batch, []).append(hold)
         chunks = [
@@ -892,17 +941,30 @@ class Watchdog:
             for (script, _), holds in groups.items()
             for start in range(0, len(holds), BATCH)
         ]
-        if chunks:
-            await asyncio.gather(*(self._renew(script, holds) for script, holds in chunks))
+        if chunks or last:
+            await asyncio.gather(*(self._renew(script, holds) for script, holds in chunks), *last)
 
-    async def _renew(self, script: Script, holds: list[Hold], lease_ms: int | None = None) -> None:
+    def _near_cap(self, hold: Hold, now: float) -> bool:
+        """Whether a renewal now would carry ``hold``'s lease past its cap (max_hold)."""
+        return hold.capped or (hold.cap - now) * 1000 < self._lease_ms
+
+    async def _renew(
+        self,
+        script: Script,
+        holds: list[Hold],
+        lease_ms: int | None = None,
+        *,
+        final_ms: int | None = None,
+    ) -> None:
         """Renew ``holds`` (all renewed by ``script``) in one call; with ``lease_ms``, check
         one hold that has a lease_time instead: the script then extends its lease to what
-        is left of it, which changes nothing where the hold is, and renews nothing."""
+        is left of it, which changes nothing where the hold is, and renews nothing. With
+        ``final_ms``, make one hold's last renewal (max_hold), to that lease: confirmed,
+        never scheduled again."""
         loop = asyncio.get_running_loop()
         leases = self._leases
         checking = lease_ms is not None
-        lease = self._lease_ms if lease_ms is None else lease_ms
+        lease = lease_ms or final_ms or self._lease_ms
         how = (hold.check if checking else hold.renewal for hold in holds)
         keys = tuple(renewal.key for renewal in how if renewal is not None)
         args = (lease, *(hold.field for hold in holds))
@@ -946,7 +1008,8 @@ class Watchdog:
                 if self._serves(hold) and not checking:
                     if metrics is not None and not stale:
                         metrics.renewal(hold.kind, hold.name, False)
-                    self._schedule(hold, loop.time() + self.tick)
+                    if final_ms is None:
+                        self._schedule(hold, loop.time() + self.tick)
             return
         for hold, renewed in zip(holds, replies, strict=True):
             if checking and hold.state is not HoldState.HELD:
@@ -957,7 +1020,9 @@ class Watchdog:
                 metrics.renewal(hold.kind, hold.name, renewed == 1)
             if renewed == 1:
                 hold.epoch = epoch  # it is there, on the server of this epoch
-                if not checking:
+                if final_ms is not None:
+                    leases.confirmed(hold, sent_at, final_ms)
+                elif not checking:
                     leases.confirmed(hold, sent_at, self._lease_ms)
                     self._schedule(hold, sent_at + self.period)
             elif hold.epoch < leases.epoch_of(hold):
@@ -997,8 +1062,13 @@ class Watchdog:
                     return
                 groups: dict[tuple[Script, Hashable], list[Hold]] = {}
                 calls: list[Coroutine[Any, Any, None]] = []
+                now = loop.time()
                 for hold in pending:
-                    if hold.renewal is not None and self._serves(hold):
+                    if (
+                        hold.renewal is not None
+                        and self._serves(hold)
+                        and not self._near_cap(hold, now)
+                    ):
                         batch = (hold.renewal.script, self._transport.batch_key(hold.renewal.key))
                         groups.setdefault(batch, []).append(hold)
                     elif hold.check is None:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn
 
-from . import acquire, commands, releases, scripts
+from . import acquire, commands, extending, releases, scripts
+from .config import check_max_hold
 from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
 from .guard import Guard
@@ -143,16 +144,20 @@ class Lock:
     any other owner, in this process or another, waits. Waiting is woken by the unlock
     message on the lock's channel, never by polling. ``async with lock:`` is :meth:`lock`
     then :meth:`unlock`. Lock objects are cheap and stateless: two of one name on one client
-    are the same lock.
+    are the same lock. ``max_hold`` (seconds) caps how long the watchdog renews a hold taken
+    through this object (see :meth:`lock`); None: the client's ``config.max_hold``.
     """
 
-    __slots__ = ("_rule", "_runtime", "name")
+    __slots__ = ("_max_hold", "_rule", "_runtime", "name")
 
     _rule_class: type[LockRule] = LockRule
 
-    def __init__(self, runtime: Runtime | RuntimeSource, name: str) -> None:
+    def __init__(
+        self, runtime: Runtime | RuntimeSource, name: str, *, max_hold: float | None = None
+    ) -> None:
         self._runtime = runtime = runtime_of(runtime)
         self.name = name
+        self._max_hold = None if max_hold is None else check_max_hold(max_hold)
         self._rule = runtime.rule(self._rule_class, name)
 
     @property
@@ -174,12 +179,23 @@ class Lock:
     # -- acquiring --------------------------------------------------------------------------
 
     async def try_lock(
-        self, wait_time: float = 0, lease_time: float | None = None, *, owner: Owner | None = None
+        self,
+        wait_time: float = 0,
+        lease_time: float | None = None,
+        *,
+        owner: Owner | None = None,
+        max_hold: float | None = None,
     ) -> bool:
         """Take the lock, waiting at most ``wait_time`` seconds; True if taken.
 
         With ``lease_time`` (seconds) the hold expires after it and is never renewed; without
-        it the lease is ``config.watchdog_timeout`` and the watchdog renews it while held.
+        it the lease is ``config.watchdog_timeout`` and the watchdog renews it while held,
+        for at most ``max_hold`` seconds after the grant (None: the lock object's, else
+        ``config.max_hold``; ``math.inf``: no cap). Once the cap is reached the lease runs
+        out and the hold is lost like any other (``on_lost``, ``guard()``, LockLostError
+        from ``unlock()`` naming the cap). A nested acquire or release never carries the
+        lease past a hold's cap; a cap set earlier is never raised. ``max_hold`` with
+        ``lease_time`` is a ValueError (such a hold is not renewed).
         Returns or raises within ``wait_time + config.command_timeout``.
         """
         wait = (
@@ -187,30 +203,69 @@ class Lock:
             if wait_time == 0 and type(wait_time) is int
             else check_seconds(wait_time, "wait_time")
         )
-        return await self._grant(wait, lease_time, owner) is not None
+        return await self._grant(wait, lease_time, owner, max_hold) is not None
 
-    async def lock(self, lease_time: float | None = None, *, owner: Owner | None = None) -> None:
-        """Take the lock, waiting as long as it takes."""
-        await self._grant(None, lease_time, owner)
+    async def lock(
+        self,
+        lease_time: float | None = None,
+        *,
+        owner: Owner | None = None,
+        max_hold: float | None = None,
+    ) -> None:
+        """Take the lock, waiting as long as it takes (``max_hold``: see :meth:`try_lock`)."""
+        await self._grant(None, lease_time, owner, max_hold)
 
     def _grant(
-        self, wait: float | None, lease_time: float | None, owner: Owner | None
+        self,
+        wait: float | None,
+        lease_time: float | None,
+        owner: Owner | None,
+        max_hold: float | None = None,
     ) -> Coroutine[Any, Any, Attempt | None]:
         """Take one count for ``owner``: the acquisition to await (its grant, or None if
-        ``wait`` ran out). A plain function: no coroutine frame of its own per waiter."""
+        ``wait`` ran out). A plain function: no coroutine frame of its own per waiter
+        (unless the hold is capped: max_hold)."""
         runtime = self._runtime
+        cap = None
         if lease_time is None:
             lease_ms = to_millis(runtime.config.watchdog_timeout)
+            if max_hold is not None:
+                cap = check_max_hold(max_hold)
+            else:
+                cap = self._max_hold if self._max_hold is not None else runtime.config.max_hold
+            if cap == math.inf:
+                cap = None
+            elif cap is not None:
+                lease_ms = min(lease_ms, to_millis(cap))
         else:
             lease_ms = to_millis(check_lease(lease_time, "lease_time"))
-        return acquire.acquire(
-            runtime.use(),
-            self._rule,
-            self._owner(owner),
-            wait=wait,
-            lease_ms=lease_ms,
-            renew=lease_time is None,
+            if max_hold is not None:
+                raise ValueError(
+                    "max_hold caps the watchdog's renewals; a hold taken with lease_time is "
+                    "never renewed (its lease is its cap): pass one or the other"
+                )
+        rt = runtime.use()
+        who = self._owner(owner)
+        held = rt.leases.get(self.name, who)
+        if held is not None and held.cap != math.inf:
+            lease_ms = rt.leases.capped_lease(held, lease_ms)  # a nested acquire: never past it
+        grant = acquire.acquire(
+            rt, self._rule, who, wait=wait, lease_ms=lease_ms, renew=lease_time is None
         )
+        return grant if cap is None else self._capped(grant, who, cap)
+
+    async def _capped(
+        self, grant: Coroutine[Any, Any, Attempt | None], who: Owner, max_hold: float
+    ) -> Attempt | None:
+        """``grant``, then its hold's renewal capped at ``max_hold`` seconds from now (no
+        suspension between the two: nothing can run in between)."""
+        result = await grant
+        if result is not None and result.granted:
+            leases = self._runtime.use(closed_ok=True).leases
+            hold = leases.get(self.name, who)
+            if hold is not None:
+                leases.limit(hold, max_hold)
+        return result
 
     async def __aenter__(self) -> Lock:
         await self.lock()
@@ -270,6 +325,24 @@ class Lock:
                 rt.leases.lose(hold, "it was force-unlocked", cleanup=False)
         return bool(reply)
 
+    async def extend(self, seconds: float, *, owner: Owner | None = None) -> None:
+        """Make the owner's hold run out ``seconds`` from now (never sooner than it already
+        would), if and only if the owner still holds the lock on the server.
+
+        For a hold taken with ``lease_time`` (never renewed); a hold the watchdog renews
+        raises LockUsageError (cap it with ``max_hold`` instead). Atomic (one script, the
+        watchdog's renewal script for this one hold). Raises LockNotOwnedError if the owner
+        holds no count, LockLostError if its hold was lost or the server no longer has it
+        (``on_lost`` is told; each later unlock still reports the loss), and a
+        RedisOperationError if the server's answer did not come within
+        ``config.command_timeout``. A cancelled or timed-out extend whose reply is still
+        outstanding is settled in the background: the hold's deadline here moves only once
+        the server has said it extended the lease, so it is never later than the server's.
+        """
+        lease_ms = to_millis(check_lease(seconds, "seconds"))
+        rt = self._runtime.use(closed_ok=True)
+        await extending.extend(rt, self._rule, self._owner(owner), lease_ms)
+
     # -- losing -------------------------------------------------------------------------------
 
     def on_lost(self, callback: LostCallback, *, owner: Owner | None = None) -> Callable[[], None]:
@@ -291,7 +364,11 @@ class Lock:
 
     @async_only
     async def guard(
-        self, lease_time: float | None = None, *, owner: Owner | None = None
+        self,
+        lease_time: float | None = None,
+        *,
+        owner: Owner | None = None,
+        max_hold: float | None = None,
     ) -> AsyncIterator[Lock]:
         """Hold the lock for the body and cancel the body if the hold is lost.
 
@@ -300,9 +377,10 @@ class Lock:
         and other cleanup in it still run) and LockLostError is raised from the
         ``async with``, so work done under a lock no longer held stops. A hold lost before
         the body even started (the process stalled right after the grant) is told the same
-        way, at the body's first suspension.
+        way, at the body's first suspension. With ``max_hold`` (see :meth:`try_lock`) a body
+        still running when the cap is reached is cancelled the same way.
         """
-        await self.lock(lease_time, owner=owner)
+        await self.lock(lease_time, owner=owner, max_hold=max_hold)
         hold = self._held(owner, lost_ok=True)
         rt = self._runtime.use(closed_ok=True)
 

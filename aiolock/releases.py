@@ -52,7 +52,7 @@ logger = logging.getLogger("aiolock")
 # -- releasing -------------------------------------------------------------------------------
 
 
-def _not_owned(rule: Rule, owner: Owner) -> LockNotOwnedError:
+def not_owned(rule: Rule, owner: Owner) -> LockNotOwnedError:
     return LockNotOwnedError(
         f"lock {rule.name!r} is not held by {owner.id}", name=rule.name, owner=owner.id
     )
@@ -80,7 +80,7 @@ async def release(rt: Runtime, rule: Rule, owner: Owner) -> None:
     if rt.leases.closed:
         raise ClientClosedError(f"the client is closed; releasing {rule.name!r} is not possible")
     if hold is None or not hold.count:
-        raise _not_owned(rule, owner)
+        raise not_owned(rule, owner)
     loop = asyncio.get_running_loop()
     deadline = cleanup_deadline(loop.time(), rt.config)
     op = Op(rt, rule, owner, hold)
@@ -158,7 +158,7 @@ async def _release_later(op: Op, deadline: float) -> None:
         if not hold.count:  # lost meanwhile
             if hold.stale:
                 raise op.rt.leases.unlock_stale(hold)
-            raise _not_owned(rule, hold.owner)
+            raise not_owned(rule, hold.owner)
         now = asyncio.get_running_loop().time()
         await _release_one(op, deadline if deadline > now else now + op.rt.config.cleanup_timeout)
     finally:

@@ -215,7 +215,11 @@ class WriteLock(Lock):
         return writer_of(self._runtime.resolve_owner(owner))
 
     def _grant(
-        self, wait: float | None, lease_time: float | None, owner: Owner | None
+        self,
+        wait: float | None,
+        lease_time: float | None,
+        owner: Owner | None,
+        max_hold: float | None = None,
     ) -> Coroutine[Any, Any, Attempt | None]:
         reader = self._runtime.resolve_owner(owner)
         leases = self._runtime.use().leases
@@ -226,7 +230,7 @@ class WriteLock(Lock):
                 "write lock (it would wait for itself); unlock the read lock first",
                 name=self.name,
             )
-        return super()._grant(wait, lease_time, owner)
+        return super()._grant(wait, lease_time, owner, max_hold)
 
     async def is_locked(self) -> bool:
         """True if a writer holds the lock (checked on the server)."""
@@ -256,11 +260,13 @@ class ReadWriteLock:
 
     __slots__ = ("_read_lock", "_runtime", "_write_lock", "name")
 
-    def __init__(self, runtime: Runtime | RuntimeSource, name: str) -> None:
+    def __init__(
+        self, runtime: Runtime | RuntimeSource, name: str, *, max_hold: float | None = None
+    ) -> None:
         self.name = name
         self._runtime = runtime = runtime_of(runtime)
-        self._read_lock = ReadLock(runtime, name)
-        self._write_lock = WriteLock(runtime, name)
+        self._read_lock = ReadLock(runtime, name, max_hold=max_hold)
+        self._write_lock = WriteLock(runtime, name, max_hold=max_hold)
 
     def __repr__(self) -> str:
         return f"<aiolock.ReadWriteLock {self.name!r}>"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from . import acquire, commands, operation, releases, scripts
+from .config import check_max_hold
 from .contexts import async_only
 from .errors import (
     AioLockError,
@@ -547,40 +549,68 @@ class PermitExpirableSemaphore:
 
     # -- acquiring ------------------------------------------------------------------------
 
-    async def acquire(self, lease_time: float | None = None, *, owner: Owner | None = None) -> str:
+    async def acquire(
+        self,
+        lease_time: float | None = None,
+        *,
+        owner: Owner | None = None,
+        max_hold: float | None = None,
+    ) -> str:
         """Take a permit, waiting as long as it takes; its id."""
-        permit = await self._acquire(None, lease_time, owner)
+        permit = await self._acquire(None, lease_time, owner, max_hold)
         assert permit is not None
         return permit
 
     async def try_acquire(
-        self, wait_time: float = 0, lease_time: float | None = None, *, owner: Owner | None = None
+        self,
+        wait_time: float = 0,
+        lease_time: float | None = None,
+        *,
+        owner: Owner | None = None,
+        max_hold: float | None = None,
     ) -> str | None:
         """Take a permit within ``wait_time`` seconds; its id, or None. Returns or raises
-        within ``wait_time + config.command_timeout``."""
-        return await self._acquire(check_seconds(wait_time, "wait_time"), lease_time, owner)
+        within ``wait_time + config.command_timeout``. A permit taken without
+        ``lease_time`` is renewed by the watchdog for at most ``max_hold`` seconds (None:
+        ``config.max_hold``; ``math.inf``: no cap), then lost like a lock's hold (see
+        ``Lock.try_lock``)."""
+        wait = check_seconds(wait_time, "wait_time")
+        return await self._acquire(wait, lease_time, owner, max_hold)
 
     async def _acquire(
-        self, wait: float | None, lease_time: float | None, owner: Owner | None
+        self,
+        wait: float | None,
+        lease_time: float | None,
+        owner: Owner | None,
+        max_hold: float | None = None,
     ) -> str | None:
         runtime = self._runtime
+        cap = None
         if lease_time is None:
             lease_ms = to_millis(runtime.config.watchdog_timeout)
+            cap = runtime.config.max_hold if max_hold is None else check_max_hold(max_hold)
+            if cap == math.inf:
+                cap = None
+            elif cap is not None:
+                lease_ms = min(lease_ms, to_millis(cap))
         else:
             lease_ms = to_millis(check_lease(lease_time, "lease_time"))
+            if max_hold is not None:
+                raise ValueError("max_hold caps renewal; a permit with lease_time is not renewed")
         rt = runtime.use()
         if owner is not None:
             runtime.resolve_owner(owner)  # checked, and no more: a permit belongs to no task
         permit = secrets.token_hex(16)
+        who = SingleUseOwner(permit)
         granted = await acquire.acquire(
-            rt,
-            self._rule,
-            SingleUseOwner(permit),
-            wait=wait,
-            lease_ms=lease_ms,
-            renew=lease_time is None,
+            rt, self._rule, who, wait=wait, lease_ms=lease_ms, renew=lease_time is None
         )
-        return None if granted is None else permit
+        if granted is None:
+            return None
+        hold = rt.leases.get(self._rule.name, who)
+        if cap is not None and hold is not None:
+            rt.leases.limit(hold, cap)  # no suspension since the grant
+        return permit
 
     # -- releasing ------------------------------------------------------------------------
 

@@ -193,6 +193,7 @@ BELOW_THE_CLIENT = (
     "aiolock.releases",
     "aiolock.acquire",
     "aiolock.guard",
+    "aiolock.extending",
     "aiolock.runtime",
     "aiolock.leases",
     "aiolock.pubsub",
