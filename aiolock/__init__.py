@@ -27,9 +27,9 @@ from .errors import SubscriptionError as SubscriptionError
 from .errors import WrongEventLoopError as WrongEventLoopError
 from .fair_lock import FairLock as FairLock
 from .fenced_lock import FencedLock as FencedLock
+from .holds import Owner as Owner
 from .latch import CountDownLatch as CountDownLatch
 from .latch import LatchStatistics as LatchStatistics
-from .leases import Owner as Owner
 from .lock import Lock as Lock
 from .lock import LockStatistics as LockStatistics
 from .metrics import Metrics as Metrics

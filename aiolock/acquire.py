@@ -57,7 +57,7 @@ from .errors import (
     ReplicationError,
     SubscriptionError,
 )
-from .leases import HoldState, Owner
+from .holds import HoldState, Owner
 from .operation import (
     Op,
     ready,

@@ -22,9 +22,10 @@ from .contexts import async_only
 from .errors import LockTimeout, WrongEventLoopError
 from .fair_lock import FairLock
 from .fenced_lock import FencedLock
+from .holds import Hold, Owner
 from .keys import check_name, check_seconds
 from .latch import CountDownLatch
-from .leases import Hold, Leases, Owner
+from .leases import Leases
 from .lock import Lock, unlock_at_exit
 from .members import MemberLock
 from .metrics import Metrics, resolve

@@ -12,7 +12,7 @@ from .errors import (
     RedisOperationError,
     RedisUnavailableError,
 )
-from .leases import Hold
+from .holds import Hold
 from .rules import (
     Command,
 )

@@ -33,7 +33,7 @@ from .errors import (
     RedisOperationError,
     RedisTimeoutError,
 )
-from .leases import Hold, HoldState, Owner
+from .holds import Hold, HoldState, Owner
 from .operation import Op
 from .releases import not_owned
 from .rules import NOT_RUN, Command, Rule

@@ -33,6 +33,7 @@ from typing import Any
 
 from . import commands, scripts
 from .config import check_max_hold
+from .holds import HoldState, Owner, Renewal
 from .keys import (
     PUBLISH,
     UNLOCK_MESSAGE,
@@ -42,7 +43,6 @@ from .keys import (
     fair_timeout_key,
     to_millis,
 )
-from .leases import HoldState, Owner, Renewal
 from .lock import Lock, LockRule
 from .rules import Attempt, Command, GiveUp
 from .runtime import Runtime, RuntimeSource, runtime_of

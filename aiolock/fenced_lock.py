@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import commands, scripts
+from .holds import Owner
 from .keys import check_seconds, token_key
-from .leases import Owner
 from .lock import Lock, LockRule
 from .rules import NOT_RUN, Attempt, Command
 from .runtime import Runtime

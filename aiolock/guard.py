@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from .errors import LockLostError
-from .leases import LostCallback
+from .holds import LostCallback
 
 #: registers a loss callback on the hold; returns its remover
 OnLost = Callable[[LostCallback], Callable[[], None]]

@@ -29,6 +29,7 @@ from typing import Any
 
 from . import acquire, commands, scripts
 from .errors import LockStateError
+from .holds import Owner
 from .keys import (
     CLASSIC_PUBLISH,
     PUBLISH,
@@ -38,7 +39,6 @@ from .keys import (
     same_slot,
     to_millis,
 )
-from .leases import Owner
 from .pubsub import ALL
 from .requests import REQUEST_TTL_MS, latches_of, mutate
 from .rules import GRANTED, NOT_RUN, Attempt, Command

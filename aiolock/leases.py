@@ -62,226 +62,32 @@ may have recreated the hold it claims to re-enter.
 from __future__ import annotations
 
 import asyncio
-import enum
-import heapq
 import inspect
-import itertools
 import logging
 import math
-import threading
-from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Hashable
-from typing import Any, ClassVar, NamedTuple
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from .config import Config
 from .errors import ClientClosedError, LockLostError
-from .keys import key_slot
+from .holds import (
+    Cleanup,
+    Hold,
+    HoldState,
+    LostCallback,
+    Owner,
+    Renewal,
+    local_deadline,
+)
 from .metrics import Metrics
-from .scripts import Script
 from .tasks import new_id
-from .transport import ErrorReply, OutcomeUnknown, Transport
+from .transport import Transport
+from .watchdog import RENEWALS, Watchdog
 
 logger = logging.getLogger("aiolock")
-watchdog_logger = logging.getLogger("aiolock.watchdog")
 
-#: the local deadline is this fraction of the lease (plus DRIFT_MIN s) before the server's
-DRIFT_FACTOR = 0.01
-DRIFT_MIN = 0.002
-#: holds renewed by one script call at most
-BATCH = 100
 #: server changes whose words are kept for messages
 _CHANGES_KEPT = 64
-
-LostCallback = Callable[[LockLostError], Any]
-Cleanup = Callable[["Hold"], Awaitable[None]]
-
-
-class HoldState(enum.Enum):
-    ACQUIRING = "acquiring"
-    HELD = "held"
-    RELEASING = "releasing"
-    RELEASED = "released"
-    LOST = "lost"
-
-
-class Renewal(NamedTuple):
-    """How the watchdog renews a hold: ``script`` with KEYS[i] = ``key`` and ARGV[1] = lease,
-    ARGV[i+1] = owner id; it replies per hold 1 (renewed), 0 (gone) or -1 (error)."""
-
-    script: Script
-    key: str
-
-
-class Owner:
-    """Who holds a lock: the asyncio Task that took it (the default), or an explicit owner
-    made by :meth:`AioLock.new_owner`, usable from any task (Redisson's explicit thread id,
-    anyio's ``acquire_on_behalf_of``). ``id`` is the owner id written to Redis:
-    ``<client uuid>:<n>``, with ``n`` never reused in the process."""
-
-    __slots__ = ("id", "task")
-
-    #: whether the id names one hold and is never used for another (see SingleUseOwner)
-    single_use: ClassVar[bool] = False
-
-    def __init__(self, owner_id: str, task: asyncio.Task[Any] | None = None) -> None:
-        self.id = owner_id
-        #: the task this owner is, or None for an explicit owner
-        self.task = task
-
-    @property
-    def explicit(self) -> bool:
-        return self.task is None
-
-    def __repr__(self) -> str:
-        kind = "explicit" if self.explicit else "task"
-        return f"<aiolock.Owner {self.id} ({kind})>"
-
-
-class SingleUseOwner(Owner):
-    """An owner whose id names one hold only and is never used again: a permit of a
-    permit-expirable semaphore, whose id is the permit id (and which belongs to no task).
-    No later hold can share its id, so a request of it that could not be fenced never needs
-    another id (:meth:`Leases.taint` leaves it alone: the scripts take the permit id itself),
-    and once it holds nothing a task it was given stops watching it."""
-
-    __slots__ = ()
-
-    single_use = True
-
-
-class Hold:
-    """One owner's hold on one object. Read-only outside :class:`Leases`."""
-
-    __slots__ = (
-        "_busy",
-        "_callbacks",
-        "_timer",
-        "_turns",
-        "cap",
-        "capped",
-        "check",
-        "cleanup",
-        "count",
-        "deadline",
-        "due",
-        "epoch",
-        "field",
-        "kind",
-        "lease_ms",
-        "lost",
-        "max_hold",
-        "name",
-        "owner",
-        "renewal",
-        "since",
-        "stale",
-        "state",
-        "token",
-    )
-
-    def __init__(
-        self, name: str, owner: Owner, field: str | None = None, kind: str = "lock"
-    ) -> None:
-        self.name = name
-        self.owner = owner
-        #: the object's type (for metrics)
-        self.kind = kind
-        #: the owner id the current generation writes to the server: the owner's, unless a
-        #: request of an earlier one could not be fenced and may still arrive (Leases.taint);
-        #: chosen when a generation starts (Leases.next_generation), fixed until it ends
-        self.field = owner.id if field is None else field
-        self.state = HoldState.ACQUIRING
-        #: counts held (reentrancy) in the current generation
-        self.count = 0
-        #: counts of a lost generation that the owner has not unlocked yet
-        self.stale = 0
-        self.lease_ms = 0
-        #: loop time of the grant of the current generation (0: not held; kept for metrics)
-        self.since = 0.0
-        #: how the watchdog renews it (None: a lease_time hold, never renewed)
-        self.renewal: Renewal | None = None
-        #: how it is checked on the server after a server change (the type's renewal script)
-        self.check: Renewal | None = None
-        #: the server epoch (Transport.epoch) in which it was last granted or checked
-        self.epoch = 0
-        #: what to run in the background to remove it from the server (lost, abandoned)
-        self.cleanup: Cleanup | None = None
-        #: the fencing token of a fenced lock's hold
-        self.token: int | None = None
-        #: loop time by which the lease must have been renewed, else the hold is lost
-        self.deadline = math.inf
-        #: loop time of the next renewal
-        self.due = math.inf
-        #: loop time past which the watchdog never carries the lease (max_hold; inf: no cap)
-        self.cap = math.inf
-        #: the max_hold (seconds) that set ``cap``, for messages
-        self.max_hold: float | None = None
-        #: the watchdog made its last renewal, up to the cap: the lease now runs out
-        self.capped = False
-        self.lost: LockLostError | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._callbacks: list[LostCallback] = []
-        self._busy = False
-        self._turns: deque[asyncio.Future[None]] | None = None
-
-    def __repr__(self) -> str:
-        return f"<Hold {self.name!r} by {self.owner.id} {self.state.value} count={self.count}>"
-
-    # -- its owner's turn: the owner's operations on it run one after another -----------
-
-    @property
-    def busy(self) -> bool:
-        """An operation of the owner on it (perhaps a background cleanup) is under way."""
-        return self._busy
-
-    def take_turn(self) -> bool:
-        """Take the turn if it is free (never suspends); False if it is not."""
-        if self._busy:
-            return False
-        self._busy = True
-        return True
-
-    async def wait_turn(self) -> None:
-        """Take the turn after the operations queued before this one (first come first
-        served); a waiter handed the turn and cancelled before it resumes passes it on."""
-        if self.take_turn():
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._turns is None:
-            self._turns = deque()
-        self._turns.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.end_turn()
-            raise
-
-    def claim_turn(self) -> asyncio.Future[None]:
-        """Take the turn now if it is free, else claim it next, ahead of every operation
-        already queued: a future done once the turn is the caller's. For the cleanup of a
-        generation that just ended (:meth:`Leases.run_cleanup`): it must run before any
-        later operation of the owner, including one queued while the generation was still
-        being released (an acquire run first would re-enter the old hold on the server,
-        and the cleanup would then remove the new one)."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.take_turn():
-            waiter.set_result(None)
-        else:
-            if self._turns is None:
-                self._turns = deque()
-            self._turns.appendleft(waiter)
-        return waiter
-
-    def end_turn(self) -> None:
-        """End the turn: the next queued operation gets it."""
-        turns = self._turns
-        while turns:
-            waiter = turns.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the turn passes on: still busy
-                return
-        self._busy = False
 
 
 class Leases:
@@ -464,7 +270,7 @@ class Leases:
         hold.cleanup = cleanup
         if first:
             now = asyncio.get_running_loop().time()
-            if _deadline(sent_at, lease_ms) <= now:
+            if local_deadline(sent_at, lease_ms) <= now:
                 return False
             if self.metrics is not None:
                 hold.since = now
@@ -508,25 +314,25 @@ class Leases:
         return max(1, min(lease_ms, left))
 
     def _confirm(self, hold: Hold, sent_at: float, lease_ms: int) -> bool:
-        deadline = max(hold.deadline, _deadline(sent_at, lease_ms))
+        deadline = max(hold.deadline, local_deadline(sent_at, lease_ms))
         if deadline <= asyncio.get_running_loop().time():
             self.lose(hold, "its lease ran out before the server's answer arrived")
             return False
         if deadline != hold.deadline:
             hold.deadline = deadline
-            if hold._timer is not None:
+            if hold.timer is not None:
                 self._arm(hold)
         return True
 
     def _arm(self, hold: Hold) -> None:
         """A timer at the hold's deadline, for those who want to be told at once (on_lost,
         guard); without them the deadline is checked lazily (:meth:`current`)."""
-        if hold._timer is not None:
-            hold._timer.cancel()
-        hold._timer = asyncio.get_running_loop().call_at(hold.deadline, self._expired, hold)
+        if hold.timer is not None:
+            hold.timer.cancel()
+        hold.timer = asyncio.get_running_loop().call_at(hold.deadline, self._expired, hold)
 
     def _expired(self, hold: Hold) -> None:
-        hold._timer = None
+        hold.timer = None
         if hold.state is not HoldState.HELD:
             return
         if hold.deadline > asyncio.get_running_loop().time():
@@ -586,7 +392,7 @@ class Leases:
         self._end(hold, HoldState.RELEASED)
         hold.count = 0
         hold.token = None
-        hold._callbacks.clear()  # released, never lost: they are not due, now or later
+        hold.callbacks.clear()  # released, never lost: they are not due, now or later
         self.forget_if_idle(hold)
         return None
 
@@ -617,9 +423,9 @@ class Leases:
         hold.stale += hold.count - used
         hold.count = 0
         loop = asyncio.get_running_loop()
-        for callback in hold._callbacks:
+        for callback in hold.callbacks:
             loop.call_soon(_run_callback, callback, error)
-        hold._callbacks.clear()
+        hold.callbacks.clear()
         if cleanup:
             self.run_cleanup(hold)
         return error
@@ -644,9 +450,9 @@ class Leases:
         hold.since = 0.0
         hold.state = state
         hold.deadline = math.inf
-        if hold._timer is not None:
-            hold._timer.cancel()
-            hold._timer = None
+        if hold.timer is not None:
+            hold.timer.cancel()
+            hold.timer = None
         self.watchdog.remove(hold)
         hold.cap, hold.max_hold, hold.capped = math.inf, None, False
         # Its renewal goes with it: a renewal left set made the next generation's grant look
@@ -743,13 +549,13 @@ class Leases:
         if hold.state is HoldState.LOST and hold.lost is not None:
             asyncio.get_running_loop().call_soon(_run_callback, callback, hold.lost)
             return lambda: None
-        hold._callbacks.append(callback)
-        if hold._timer is None and hold.state is HoldState.HELD:
+        hold.callbacks.append(callback)
+        if hold.timer is None and hold.state is HoldState.HELD:
             self._arm(hold)
 
         def remove() -> None:
-            if callback in hold._callbacks:
-                hold._callbacks.remove(callback)
+            if callback in hold.callbacks:
+                hold.callbacks.remove(callback)
 
         return remove
 
@@ -773,21 +579,6 @@ class Leases:
         return result
 
 
-def _why(error: BaseException) -> str:
-    """What went wrong, in words a reader of the log can act on."""
-    if isinstance(error, ErrorReply):
-        return f"Redis answered: {error}"
-    if isinstance(error, OutcomeUnknown):
-        return f"no reply: {error.__str__().removeprefix('reply lost: ')}"
-    return str(error) or type(error).__name__
-
-
-def _deadline(sent_at: float, lease_ms: int) -> float:
-    """When a lease set by a command sent at ``sent_at`` must be taken as over, here."""
-    lease = lease_ms / 1000
-    return sent_at + lease - (lease * DRIFT_FACTOR + DRIFT_MIN)
-
-
 def _run_callback(callback: LostCallback, error: LockLostError) -> None:
     try:
         result = callback(error)
@@ -802,337 +593,12 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
         logger.error("aiolock: an on_lost callback failed", exc_info=task.exception())
 
 
-# -- the watchdog ------------------------------------------------------------------------------
-
-#: the process-wide expiration-renewal map: client id -> that client's map (see the docstring)
-RENEWALS: dict[str, dict[tuple[str, str], Hold]] = {}
-_RENEWALS_LOCK = threading.Lock()
-
-
-class Watchdog:
-    """The renewal task of one client (see the module docstring)."""
-
-    def __init__(self, client_id: str, leases: Leases, transport: Transport, config: Config):
-        self._client_id = client_id
-        self._leases = leases
-        self._transport = transport
-        self.period = config.watchdog_timeout / 3
-        self.tick = max(self.period / 10, 0.005)
-        self._retry_delay = (config.reconnect_delay, config.reconnect_max_delay)
-        #: the rounds checking every hold after a server change (Leases.server_changed)
-        self._checks: set[asyncio.Task[None]] = set()
-        self._lease_ms = max(1, round(config.watchdog_timeout * 1000))
-        self._map: dict[tuple[str, str], Hold] = {}
-        self._closed = False
-        self._queue: list[tuple[float, int, Hold]] = []
-        #: holds added since the last tick and when their lease was set: most are released
-        #: long before their first renewal, and never enter the queue
-        self._fresh: list[tuple[Hold, float]] = []
-        self._order = itertools.count()
-        self._task: asyncio.Task[None] | None = None
-        #: renewal script calls made (each renews up to BATCH holds)
-        self.calls = 0
-        self._warned_at = -math.inf
-
-    @property
-    def renewing(self) -> int:
-        return len(self._map)
-
-    def add(self, hold: Hold, sent_at: float) -> None:
-        if self._closed:
-            return
-        if self._map is not RENEWALS.get(self._client_id):
-            with _RENEWALS_LOCK:  # in the process-wide map from its first hold until closed
-                RENEWALS[self._client_id] = self._map
-        self._map[(hold.name, hold.owner.id)] = hold
-        hold.due = sent_at + self.period
-        self._fresh.append((hold, sent_at))
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def remove(self, hold: Hold) -> None:
-        key = (hold.name, hold.owner.id)
-        if self._map.get(key) is hold:
-            del self._map[key]
-        hold.due = math.inf
-
-    def _leave(self) -> None:
-        with _RENEWALS_LOCK:
-            if RENEWALS.get(self._client_id) is self._map:
-                del RENEWALS[self._client_id]
-
-    def _schedule(self, hold: Hold, when: float) -> None:
-        hold.due = when
-        heapq.heappush(self._queue, (when, next(self._order), hold))
-
-    def _serves(self, hold: Hold) -> bool:
-        return self._map.get((hold.name, hold.owner.id)) is hold
-
-    async def _run(self) -> None:
-        """Renew while there are holds; with none, linger a period before ending (a loop of
-        lock and unlock would otherwise start a task per hold)."""
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                if not self._map:
-                    await asyncio.sleep(self.period)
-                    if not self._map:
-                        return
-                try:
-                    await self._sleep_until_due(loop)
-                    await self._renew_due(loop)
-                except Exception:  # never expected; the renewal task must not die
-                    watchdog_logger.exception("aiolock watchdog: a renewal round failed")
-                    await asyncio.sleep(self.tick)
-        finally:
-            self._task = None
-
-    def _promote(self) -> None:
-        """Queue the fresh holds still held (each is due a period after it was taken)."""
-        fresh, self._fresh = self._fresh, []
-        for hold, sent_at in fresh:
-            if self._serves(hold) and hold.due == sent_at + self.period:
-                self._schedule(hold, hold.due)
-
-    async def _sleep_until_due(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Sleep until the earliest renewal is due, a tick at a time (holds added meanwhile
-        join the queue each tick)."""
-        self._promote()
-        queue = self._queue
-        while queue:
-            when, _, hold = queue[0]
-            if hold.due != when or not self._serves(hold):
-                heapq.heappop(queue)  # released, lost or rescheduled since
-                continue
-            wait = when - loop.time()
-            if wait <= 0:
-                return
-            await asyncio.sleep(min(wait, self.tick))
-            self._promote()
-        if not queue:
-            await asyncio.sleep(self.tick)
-
-    async def _renew_due(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Renew every hold due within the next tick, grouped per script and batch key."""
-        now = loop.time()
-        horizon = now + self.tick
-        groups: dict[tuple[Script, Hashable], list[Hold]] = {}
-        last: list[Coroutine[Any, Any, None]] = []
-        queue = self._queue
-        while queue and queue[0][0] <= horizon:
-            when, _, hold = heapq.heappop(queue)
-            if hold.due != when or not self._serves(hold) or hold.renewal is None:
-                continue
-            if self._leases.current(hold).state is not HoldState.HELD:
-                continue  # its deadline passed unconfirmed: lost, not renewed
-            if self._near_cap(hold, now):
-                # max_hold: the last renewal, carrying the lease up to the cap and no
-                # further; the hold is never renewed again, and its lease runs out then
-                hold.capped = True
-                hold.due = math.inf
-                left = math.floor((hold.cap - now) * 1000)
-                if left >= 1:
-                    last.append(self._renew(hold.renewal.script, [hold], final_ms=left))
-                continue
-            batch = (hold.renewal.script, self._transport.batch_key(hold.renewal.key))
-            groups.setdefault(batch, []).append(hold)
-        chunks = [
-            (script, holds[start : start + BATCH])
-            for (script, _), holds in groups.items()
-            for start in range(0, len(holds), BATCH)
-        ]
-        if chunks or last:
-            await asyncio.gather(*(self._renew(script, holds) for script, holds in chunks), *last)
-
-    def _near_cap(self, hold: Hold, now: float) -> bool:
-        """Whether a renewal now would carry ``hold``'s lease past its cap (max_hold)."""
-        return hold.capped or (hold.cap - now) * 1000 < self._lease_ms
-
-    async def _renew(
-        self,
-        script: Script,
-        holds: list[Hold],
-        lease_ms: int | None = None,
-        *,
-        final_ms: int | None = None,
-    ) -> None:
-        """Renew ``holds`` (all renewed by ``script``) in one call; with ``lease_ms``, check
-        one hold that has a lease_time instead: the script then extends its lease to what
-        is left of it, which changes nothing where the hold is, and renews nothing. With
-        ``final_ms``, make one hold's last renewal (max_hold), to that lease: confirmed,
-        never scheduled again."""
-        loop = asyncio.get_running_loop()
-        leases = self._leases
-        checking = lease_ms is not None
-        lease = lease_ms or final_ms or self._lease_ms
-        how = (hold.check if checking else hold.renewal for hold in holds)
-        keys = tuple(renewal.key for renewal in how if renewal is not None)
-        args = (lease, *(hold.field for hold in holds))
-        packed = script.command(keys, args)
-        self.calls += 1
-        sent_at = loop.time()
-        epoch = leases.epoch
-        try:
-            call = await self._transport.send(packed, key=keys[0])
-            epoch = call.epoch
-            replies = await call.future
-        except Exception as exc:  # NotSent, or anything unforeseen: try again next tick
-            replies = exc
-        metrics = leases.metrics if not checking else None
-        if type(replies) is ErrorReply and replies.code == "CROSSSLOT" and len(holds) > 1:
-            # Refused before it ran: a server that did not say it is a cluster node (a
-            # proxy in front of one). Per slot from now on, and this batch again at once.
-            if not self._transport.by_slot:
-                self._transport.refused_cross_slot()
-                watchdog_logger.warning(
-                    "aiolock watchdog: the server refused a renewal across hash slots "
-                    "(CROSSSLOT): renewing per slot from now on. Is it a cluster behind a "
-                    "proxy? A redis+cluster:// URL would route by slot"
-                )
-            slots: dict[Hashable, list[Hold]] = {}
-            for hold in holds:
-                if hold.renewal is not None:
-                    slots.setdefault(key_slot(hold.renewal.key), []).append(hold)
-            if len(slots) > 1:
-                await asyncio.gather(*(self._renew(script, group) for group in slots.values()))
-                return
-        # the reply of a server that is not the one serving them now
-        stale = any(leases.stale(hold, epoch) for hold in holds)
-        if isinstance(replies, ErrorReply | OutcomeUnknown | Exception) or stale:
-            if not stale:
-                self._warn(
-                    f"renewing {len(holds)} lock(s) failed ({_why(replies)}); trying again "
-                    "next tick, and a hold whose lease runs out first is reported lost"
-                )
-            for hold in holds:
-                if self._serves(hold) and not checking:
-                    if metrics is not None and not stale:
-                        metrics.renewal(hold.kind, hold.name, False)
-                    if final_ms is None:
-                        self._schedule(hold, loop.time() + self.tick)
-            return
-        for hold, renewed in zip(holds, replies, strict=True):
-            if checking and hold.state is not HoldState.HELD:
-                continue
-            if not checking and not self._serves(hold):
-                continue  # released (or lost) meanwhile
-            if metrics is not None:
-                metrics.renewal(hold.kind, hold.name, renewed == 1)
-            if renewed == 1:
-                hold.epoch = epoch  # it is there, on the server of this epoch
-                if final_ms is not None:
-                    leases.confirmed(hold, sent_at, final_ms)
-                elif not checking:
-                    leases.confirmed(hold, sent_at, self._lease_ms)
-                    self._schedule(hold, sent_at + self.period)
-            elif hold.epoch < leases.epoch_of(hold):
-                leases.lose(hold, f"{leases.change_of(hold)}, and the lock is not there")
-            else:
-                why = "the key is not a lock any more" if renewed == -1 else "gone"
-                leases.lose(hold, f"the watchdog found the lock {why} (expired or force-unlocked)")
-
-    # -- after a server change ---------------------------------------------------------------
-
-    def revalidate(self, epoch: int) -> None:
-        """Check every hold whose server changed since its last check, now (see the module
-        docstring); ``epoch`` is the latest."""
-        if self._closed:
-            return
-        task = asyncio.get_running_loop().create_task(self._revalidate(epoch))
-        self._checks.add(task)
-        task.add_done_callback(self._checks.discard)
-
-    async def _revalidate(self, epoch: int) -> None:
-        """Check the holds not checked since their server changed, in the watchdog's
-        batches (renewing those it renews), until each is checked or lost, or a server
-        changes again (a newer round takes over: epoch ``epoch`` is over); a check that
-        failed is tried again with backoff."""
-        loop = asyncio.get_running_loop()
-        leases = self._leases
-        delay, max_delay = self._retry_delay
-        try:
-            while not self._closed and leases.epoch == epoch:
-                pending = [
-                    hold
-                    for hold in list(leases.holds.values())
-                    if hold.epoch < leases.epoch_of(hold)
-                    and leases.current(hold).state is HoldState.HELD
-                ]
-                if not pending:
-                    return
-                groups: dict[tuple[Script, Hashable], list[Hold]] = {}
-                calls: list[Coroutine[Any, Any, None]] = []
-                now = loop.time()
-                for hold in pending:
-                    if (
-                        hold.renewal is not None
-                        and self._serves(hold)
-                        and not self._near_cap(hold, now)
-                    ):
-                        batch = (hold.renewal.script, self._transport.batch_key(hold.renewal.key))
-                        groups.setdefault(batch, []).append(hold)
-                    elif hold.check is None:
-                        leases.lose(
-                            hold, f"{leases.change_of(hold)}, and the lock cannot be checked"
-                        )
-                    else:
-                        left = math.floor((hold.deadline - loop.time()) * 1000)
-                        if left >= 1:  # else its deadline marks it lost
-                            calls.append(self._renew(hold.check.script, [hold], left))
-                calls.extend(
-                    self._renew(script, holds[start : start + BATCH])
-                    for (script, _), holds in groups.items()
-                    for start in range(0, len(holds), BATCH)
-                )
-                await asyncio.gather(*calls)
-                if any(
-                    hold.epoch < leases.epoch_of(hold) and hold.state is HoldState.HELD
-                    for hold in pending
-                ):
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, max_delay)
-        except Exception:  # never expected; the watchdog's own ticks still renew
-            watchdog_logger.exception("aiolock watchdog: checking the holds after a change failed")
-
-    def _warn(self, message: str) -> None:
-        """Log a failure: a warning at most once per renewal period, the rest at debug
-        level (a slow server fails every batch of a tick at once)."""
-        now = asyncio.get_running_loop().time()
-        if now - self._warned_at >= self.period:
-            self._warned_at = now
-            watchdog_logger.warning("aiolock watchdog: %s", message)
-        else:
-            watchdog_logger.debug("aiolock watchdog: %s", message)
-
-    def close(self) -> None:
-        """Stop renewing anything and leave the process-wide map."""
-        self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-        for task in self._checks:
-            task.cancel()
-        self._map.clear()
-        self._queue.clear()
-        self._fresh.clear()
-        self._leave()
-
-    async def wait_closed(self) -> None:
-        task = self._task
-        if task is not None:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-
-
 __all__ = [
-    "BATCH",
     "RENEWALS",
     "Hold",
     "HoldState",
     "Leases",
     "Owner",
     "Renewal",
-    "SingleUseOwner",
     "Watchdog",
 ]

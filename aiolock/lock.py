@@ -16,6 +16,7 @@ from .config import check_max_hold
 from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
 from .guard import Guard
+from .holds import Hold, HoldState, LostCallback, Owner, Renewal
 from .keys import (
     PUBLISH,
     UNLOCK_MESSAGE,
@@ -25,7 +26,6 @@ from .keys import (
     lock_channel,
     to_millis,
 )
-from .leases import Hold, HoldState, LostCallback, Owner, Renewal
 from .pubsub import ALL
 from .rules import GRANTED, NOT_RUN, Attempt, Command, Rule
 from .runtime import Runtime, RuntimeSource, runtime_of

@@ -20,7 +20,7 @@ from .errors import (
     LockNotOwnedError,
     RedisOperationError,
 )
-from .leases import LostCallback, Owner
+from .holds import LostCallback, Owner
 from .runtime import Runtime
 from .tasks import current_task, new_id
 

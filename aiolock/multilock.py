@@ -89,8 +89,8 @@ from .errors import (
     LockUsageError,
 )
 from .guard import Guard
+from .holds import LostCallback, Owner
 from .keys import check_lease, check_seconds
-from .leases import LostCallback, Owner
 from .members import (
     Member,
     MemberLock,

@@ -25,7 +25,7 @@ from .errors import (
     RedisTimeoutError,
     RedisUnavailableError,
 )
-from .leases import Hold, Owner
+from .holds import Hold, Owner
 from .rules import (
     Rule,
 )

@@ -75,7 +75,7 @@ from .errors import (
     ClientClosedError,
     RedisOperationError,
 )
-from .leases import Owner
+from .holds import Owner
 from .members import (
     Member,
     MemberLock,

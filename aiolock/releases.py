@@ -22,7 +22,7 @@ from .errors import (
     RedisTimeoutError,
     RedisUnavailableError,
 )
-from .leases import Hold, HoldState, Owner
+from .holds import Hold, HoldState, Owner
 from .operation import (
     Op,
     wait_shielded,

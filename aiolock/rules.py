@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from .leases import Renewal
+from .holds import Renewal
 from .runtime import Runtime
 
 logger = logging.getLogger("aiolock")

@@ -14,7 +14,8 @@ from typing import Any, Protocol, TypeVar
 
 from .config import Config
 from .errors import ClientClosedError, WrongEventLoopError
-from .leases import Hold, Leases, Owner
+from .holds import Hold, Owner
+from .leases import Leases
 from .metrics import Metrics
 from .pubsub import PubSub
 from .tasks import current_task, current_task_id, new_id

@@ -26,6 +26,7 @@ from typing import Any
 
 from . import commands, scripts
 from .errors import LockUsageError
+from .holds import HoldState, Owner, Renewal
 from .keys import (
     PUBLISH,
     UNLOCK_MESSAGE,
@@ -33,7 +34,6 @@ from .keys import (
     rwlock_channel,
     rwlock_timeout_prefix,
 )
-from .leases import HoldState, Owner, Renewal
 from .lock import Lock, LockRule
 from .rules import Attempt, Command
 from .runtime import Runtime, RuntimeSource, runtime_of

@@ -45,6 +45,7 @@ from .errors import (
     RedisOperationError,
 )
 from .guard import Guard
+from .holds import Hold, HoldState, LostCallback, Owner, Renewal, SingleUseOwner
 from .keys import (
     MAX_PERMITS,
     PUBLISH,
@@ -55,7 +56,6 @@ from .keys import (
     semaphore_channel,
     to_millis,
 )
-from .leases import Hold, HoldState, LostCallback, Owner, Renewal, SingleUseOwner
 from .requests import REQUEST_TTL_MS, RequestLatches, latches_of, mutate
 from .rules import GRANTED, NOT_RUN, Attempt, Command, Rule
 from .runtime import Runtime, RuntimeSource, runtime_of

@@ -13,7 +13,7 @@ from .commands import (
     fence_or_taint,
     fence_until,
 )
-from .leases import Hold
+from .holds import Hold
 from .operation import (
     Op,
 )

@@ -195,6 +195,8 @@ BELOW_THE_CLIENT = (
     "aiolock.guard",
     "aiolock.extending",
     "aiolock.runtime",
+    "aiolock.holds",
+    "aiolock.watchdog",
     "aiolock.leases",
     "aiolock.pubsub",
     "aiolock.requests",
