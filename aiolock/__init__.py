@@ -36,12 +36,12 @@ from .metrics import Metrics as Metrics
 from .multilock import MultiLock as MultiLock
 from .multilock import MultiLockStatistics as MultiLockStatistics
 from .multilock import multi_lock as multi_lock
+from .permit_semaphore import PermitExpirableSemaphore as PermitExpirableSemaphore
+from .permit_semaphore import PermitStatistics as PermitStatistics
 from .redlock import RedLock as RedLock
 from .rwlock import ReadLock as ReadLock
 from .rwlock import ReadWriteLock as ReadWriteLock
 from .rwlock import WriteLock as WriteLock
-from .semaphore import PermitExpirableSemaphore as PermitExpirableSemaphore
-from .semaphore import PermitStatistics as PermitStatistics
 from .semaphore import Semaphore as Semaphore
 from .semaphore import SemaphoreStatistics as SemaphoreStatistics
 

@@ -29,12 +29,13 @@ from .leases import Leases
 from .lock import Lock, unlock_at_exit
 from .members import MemberLock
 from .metrics import Metrics, resolve
+from .permit_semaphore import PermitExpirableSemaphore
 from .pubsub import PubSub
 from .redlock import DRIFT_FACTOR, RedLock
 from .rules import Rule
 from .runtime import Runtime
 from .rwlock import ReadWriteLock
-from .semaphore import PermitExpirableSemaphore, Semaphore
+from .semaphore import Semaphore
 from .sentinel import is_sentinel_url, master_from_url
 from .transport import ServerSettings, StandaloneTransport, Transport
 from .transport.cluster import ClusterTransport

@@ -205,6 +205,7 @@ BELOW_THE_CLIENT = (
     "aiolock.fenced_lock",
     "aiolock.rwlock",
     "aiolock.semaphore",
+    "aiolock.permit_semaphore",
     "aiolock.latch",
     "aiolock.members",
     "aiolock.multilock",
