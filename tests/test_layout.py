@@ -1,6 +1,6 @@
 """The shape of the library, checked from its source (issue 18): no module reaches into another
-module's private names, the modules import each other without a circle, and the lock types
-never call up into the client."""
+module's private names, the modules import each other without a circle, the lock types
+never call up into the client, and no module is over 700 lines."""
 
 from __future__ import annotations
 
@@ -225,3 +225,16 @@ def test_the_lock_types_never_import_the_client() -> None:
     above = {name for name in modules if "aiolock.client" in graph[name]} | {"aiolock.client"}
     reaching = {name: sorted(graph[name] & above) for name in below if graph[name] & above}
     assert not reaching, f"import what imports the client: {reaching}"
+
+
+#: the longest a module under aiolock/ may be (issue 18: a shape a newcomer can read)
+MAX_LINES = 700
+
+
+def test_no_module_is_over_700_lines() -> None:
+    long = {
+        str(path.relative_to(PACKAGE.parent)): lines
+        for path, _ in _modules().values()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"

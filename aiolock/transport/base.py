@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from ..config import Config
 from ..keys import key_slot
-from .link import Call, OutcomeUnknown
+from .calls import Call, OutcomeUnknown
 from .subscriber import Listener
 
 logger = logging.getLogger("aiolock.transport")

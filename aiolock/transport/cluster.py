@@ -49,28 +49,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import MovedError
 
 from ..config import Config
-from ..keys import LATCH_CHANNEL_PREFIX, key_slot
+from ..keys import key_slot
 from .base import Transport, TransportStatistics, wait_call
-from .connector import Connector
-from .link import (
-    Call,
-    ErrorReply,
-    Link,
-    LinkIdentity,
-    NotSent,
-    OutcomeUnknown,
-    eval_fallback,
-    pack,
-)
+from .calls import Call, ErrorReply, LinkIdentity, NotSent, OutcomeUnknown, eval_fallback, pack
+from .cluster_node import Node, Routed, moved, slot_words, to_sharded
+from .link import Link
 from .settings import ServerSettings
-from .subscriber import Listener, Subscriber
+from .subscriber import Listener
 
 logger = logging.getLogger("aiolock.transport")
 
@@ -88,106 +79,6 @@ TOPOLOGY_CHECK_BOUND = 2.0
 _ASKING = pack(("ASKING",))
 
 
-class _Node:
-    """The links of one cluster node."""
-
-    def __init__(self, transport: ClusterTransport, name: str, settings: ServerSettings) -> None:
-        self.transport = transport
-        #: ``host:port``, as in redis-py's slot map
-        self.name = name
-        self.settings = settings
-        self.link: Link | None = None
-        #: the node process's ``run_id`` seen by the latest command link (None: not yet, or
-        #: a user not allowed INFO): another one means the node restarted
-        self.run_id: str | None = None
-        config = transport.config
-        what = f"Redis Cluster node {settings.address}"
-
-        async def open_link() -> Link:
-            return await Link.open(
-                settings,
-                command_timeout=config.command_timeout,
-                ping_interval=config.ping_interval,
-                on_closed=self._closed,
-                ask_run_id=True,
-            )
-
-        async def open_subscriber_link(
-            sink: Callable[[bytes, bytes], None],
-            on_closed: Callable[[Link, BaseException], None],
-        ) -> Link:
-            return await Link.open(
-                settings,
-                command_timeout=config.command_timeout,
-                ping_interval=config.ping_interval,
-                sink=sink,
-                on_closed=on_closed,
-            )
-
-        self.connector = Connector(open_link, self._adopt, config, what=what)
-        self.subscriber = Subscriber(
-            open_subscriber_link, config, what=what, sharded=transport.sharded
-        )
-        #: with sharded pub/sub, the classic subscriber of channels that scripts cannot
-        #: SPUBLISH to (a latch channel outside its count's slot; see aiolock.latch)
-        self.classic = (
-            Subscriber(open_subscriber_link, config, what=what) if transport.sharded else None
-        )
-
-    def subscribers(self) -> list[Subscriber]:
-        return [self.subscriber] if self.classic is None else [self.subscriber, self.classic]
-
-    def subscriber_for(self, channel: bytes) -> Subscriber:
-        if self.classic is not None and _classic_only(channel):
-            return self.classic
-        return self.subscriber
-
-    def _adopt(self, link: Link) -> None:
-        self.link = link
-        self.transport._opened(self, link)
-
-    def _closed(self, link: Link, error: BaseException) -> None:
-        if link is self.link:
-            self.transport._link_closed(self)
-
-    def ready_link(self) -> Link | None:
-        link = self.link
-        if link is None or link.closed or link.paused is not None:
-            return None
-        return link
-
-    async def aclose(self) -> None:
-        await self.connector.aclose()
-        for subscriber in self.subscribers():
-            await subscriber.aclose()
-        link, self.link = self.link, None
-        if link is not None:
-            link.close(NotSent("the client is closed"))
-
-
-class _Routed:
-    """A channel's listener, with the node it is subscribed on (a Listener itself)."""
-
-    __slots__ = ("channel", "key", "listener", "listening", "node", "reroute")
-
-    def __init__(self, channel: bytes, key: str, listener: Listener, node: _Node) -> None:
-        self.channel = channel
-        self.key = key
-        self.listener = listener
-        self.node = node
-        self.listening = True
-        self.reroute: Callable[[], None] | None = None
-
-    def on_message(self, data: bytes) -> None:
-        self.listener.on_message(data)
-
-    def on_reset(self, listening: bool) -> None:
-        self.listening = listening
-        self.listener.on_reset(listening)
-        if not listening and self.reroute is not None:
-            self.reroute()
-
-
 class ClusterTransport(Transport):
     """Commands routed by hash slot over one link per master (see the module docstring)."""
 
@@ -196,13 +87,13 @@ class ClusterTransport(Transport):
     def __init__(self, cluster: RedisCluster, config: Config) -> None:
         self.cluster = cluster
         self.config = config
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, Node] = {}
         self._ready = False
         self._starting: asyncio.Task[None] | None = None
         self._refreshing: asyncio.Task[None] | None = None
         self._refreshed_at = -1e9
         self._rerouting: asyncio.Task[None] | None = None
-        self._routed: dict[bytes, _Routed] = {}
+        self._routed: dict[bytes, Routed] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._fenced: dict[LinkIdentity, None] = {}
         self._fences = 0
@@ -359,12 +250,12 @@ class ClusterTransport(Transport):
             if told:
                 how = "a failover" if lossy else "migrated"
                 why = "; ".join(
-                    f"{_slots(sorted(slots))} moved from {before} to {now} ({how})"
+                    f"{slot_words(sorted(slots))} moved from {before} to {now} ({how})"
                     for (before, now), slots in told.items()
                 )
                 self._changed({slot for slots in told.values() for slot in slots}, why, lossy)
 
-    def _opened(self, node: _Node, link: Link) -> None:
+    def _opened(self, node: Node, link: Link) -> None:
         """A command link to ``node`` opened (before anything is sent on it): if the node
         has another ``run_id`` than before, it restarted, empty unless it persists."""
         run_id = link.identity.run_id
@@ -375,7 +266,7 @@ class ClusterTransport(Transport):
             return
         slots = {slot for slot, owner in self._owners.items() if owner == node.name}
         if slots:
-            why = f"{node.name} restarted (another run_id), serving {_slots(sorted(slots))}"
+            why = f"{node.name} restarted (another run_id), serving {slot_words(sorted(slots))}"
             self._changed(slots, why, lossy=True)
 
     def _changed(self, slots: set[int], why: str, lossy: bool) -> None:
@@ -394,7 +285,7 @@ class ClusterTransport(Transport):
             if key_slot(routed.key) in slots:
                 routed.listener.on_reset(routed.listening)
 
-    def _link_closed(self, node: _Node) -> None:
+    def _link_closed(self, node: Node) -> None:
         """A node's command link closed: while anything is held, open it again at once (a
         restart is noticed then, by its run_id) for as long as the node serves slots."""
         if self._closed or node.name in self._reopening:
@@ -402,7 +293,7 @@ class ClusterTransport(Transport):
         if any(watcher.needs_server() for watcher in self._watchers):
             self._reopening[node.name] = self._spawn(self._reopen(node))
 
-    async def _reopen(self, node: _Node) -> None:
+    async def _reopen(self, node: Node) -> None:
         try:
             while not self._closed:
                 link = node.link
@@ -451,7 +342,7 @@ class ClusterTransport(Transport):
         nodes = self.cluster.nodes_manager.slots_cache.get(slot)
         return nodes[0] if nodes else None
 
-    def _node_for(self, key: str | None) -> _Node | None:
+    def _node_for(self, key: str | None) -> Node | None:
         """The node serving ``key``'s slot (any master for None); None before the map is
         loaded. A master that is not the one last told (the map changed since, here or in
         the user's own use of the RedisCluster) is told first (:meth:`_check_map`)."""
@@ -469,14 +360,14 @@ class ClusterTransport(Transport):
             return None
         return self._node(found)
 
-    def _node(self, found: ClusterNode) -> _Node:
+    def _node(self, found: ClusterNode) -> Node:
         node = self._nodes.get(found.name)
         if node is None:
             settings = ServerSettings.from_kwargs(found.connection_class, found.connection_kwargs)
-            node = self._nodes[found.name] = _Node(self, found.name, settings)
+            node = self._nodes[found.name] = self._new_node(found.name, settings)
         return node
 
-    def _node_at(self, host: str, port: int) -> _Node:
+    def _node_at(self, host: str, port: int) -> Node:
         name = f"{host}:{port}"
         node = self._nodes.get(name)
         if node is None:
@@ -485,8 +376,18 @@ class ClusterTransport(Transport):
                 return self._node(known)
             base = next(iter(self._nodes.values())).settings if self._nodes else None
             settings = base.at(host, port) if base else ServerSettings(host, port)
-            node = self._nodes[name] = _Node(self, name, settings)
+            node = self._nodes[name] = self._new_node(name, settings)
         return node
+
+    def _new_node(self, name: str, settings: ServerSettings) -> Node:
+        return Node(
+            name,
+            settings,
+            self.config,
+            sharded=self.sharded,
+            on_opened=self._opened,
+            on_link_closed=self._link_closed,
+        )
 
     def _serves_slots(self, server: str) -> bool:
         """Whether ``server`` (host:port) is the master of any slot in the slot map."""
@@ -702,7 +603,7 @@ class ClusterTransport(Transport):
         routed = self._routed.get(channel)
         if routed is not None:
             routed.node.subscriber_for(channel).unsubscribe(channel)
-        routed = self._routed[channel] = _Routed(channel, key, listener, node)
+        routed = self._routed[channel] = Routed(channel, key, listener, node)
         routed.reroute = self._reroute
         return node.subscriber_for(channel).subscribe(channel, routed)
 
@@ -731,7 +632,7 @@ class ClusterTransport(Transport):
                     routed.node.subscriber_for(channel).unsubscribe(channel)
                     routed.node = node
                     confirmed = node.subscriber.subscribe(channel, routed)
-                    confirmed.add_done_callback(_moved(routed))
+                    confirmed.add_done_callback(moved(routed))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.config.reconnect_max_delay)
         finally:
@@ -788,84 +689,4 @@ class ClusterTransport(Transport):
         self._routed.clear()
 
 
-_LATCH_PREFIX = LATCH_CHANNEL_PREFIX.encode()
-_PUBLISH = b"$7\r\nPUBLISH\r\n"
-_LAST_PUBLISH = b"\r\n" + _PUBLISH
-_SPUBLISH = b"$8\r\nSPUBLISH\r\n"
-_SCRIPT_RUNS = frozenset({b"EVALSHA", b"EVAL", b"evalsha", b"eval"})
-
-
-def _classic_only(channel: bytes) -> bool:
-    """A latch channel outside its count's slot: published with classic PUBLISH (see
-    aiolock.latch), so listened to with classic SUBSCRIBE."""
-    if not channel.startswith(_LATCH_PREFIX):
-        return False
-    name = channel[len(_LATCH_PREFIX) + 1 : -1]
-    return key_slot(name) != key_slot(channel)
-
-
-def to_sharded(packed: bytes) -> bytes:
-    """A script run (EVALSHA/EVAL) with every ``PUBLISH`` argument (ARGV, never a key)
-    made ``SPUBLISH``: scripts take the publish command as an argument, as Redisson's do."""
-    if _PUBLISH not in packed:
-        return packed
-    if packed.endswith(_LAST_PUBLISH) and packed.count(b"PUBLISH") == 1:
-        # The lock scripts' case: the publish command is the last argument. It is an ARGV,
-        # not a key, if there are more arguments than keys.
-        first = packed.index(b"\r\n")
-        pos = first + 2
-        values: list[bytes] = []
-        for _ in range(3):  # the command, the script (or its sha), numkeys
-            end = packed.index(b"\r\n", pos)
-            start = end + 2
-            stop = start + int(packed[pos + 1 : end])
-            values.append(packed[start:stop])
-            pos = stop + 2
-        if values[0] in _SCRIPT_RUNS and int(values[2]) < int(packed[1:first]) - 3:
-            return packed[: -len(_PUBLISH)] + _SPUBLISH
-    pos = packed.index(b"\r\n") + 2
-    count = int(packed[1 : pos - 2])
-    items: list[tuple[int, int, int]] = []  # (header start, value start, value end)
-    for _ in range(count):
-        end = packed.index(b"\r\n", pos)
-        start = end + 2
-        stop = start + int(packed[pos + 1 : end])
-        items.append((pos, start, stop))
-        pos = stop + 2
-    if count < 3 or packed[items[0][1] : items[0][2]] not in _SCRIPT_RUNS:
-        return packed
-    numkeys = int(packed[items[2][1] : items[2][2]])
-    parts: list[bytes] = []
-    last = 0
-    for header, start, stop in items[3 + numkeys :]:
-        if packed[start:stop] == b"PUBLISH":
-            parts += (packed[last:header], _SPUBLISH)
-            last = stop + 2
-    if not parts:
-        return packed
-    parts.append(packed[last:])
-    return b"".join(parts)
-
-
-def _slots(slots: list[int]) -> str:
-    """``slot 7``, ``slots 0-5460``, ``slots 1-3, 7``: sorted slot numbers in words."""
-    ranges: list[str] = []
-    start = previous = slots[0]
-    for slot in [*slots[1:], -1]:
-        if slot == previous + 1:
-            previous = slot
-            continue
-        ranges.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = slot
-    if len(ranges) > 8:
-        ranges = [*ranges[:8], f"... ({len(slots)} slots)"]
-    word = "slot" if len(slots) == 1 else "slots"
-    return f"{word} {', '.join(ranges)}"
-
-
-def _moved(routed: _Routed) -> Callable[[asyncio.Future[None]], None]:
-    def done(future: asyncio.Future[None]) -> None:
-        if not future.cancelled() and future.exception() is None:
-            routed.on_reset(True)  # subscribed on the new node: waiters re-check
-
-    return done
+__all__ = ["ClusterTransport", "to_sharded"]

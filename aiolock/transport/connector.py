@@ -17,7 +17,8 @@ import random
 from collections.abc import Awaitable, Callable
 
 from ..config import Config
-from .link import Link, NotSent, Refused
+from .calls import NotSent, Refused
+from .link import Link
 
 
 class Connector:

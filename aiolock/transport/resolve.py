@@ -28,7 +28,8 @@ from typing import Any
 from redis.asyncio.sentinel import SentinelConnectionPool
 
 from ..config import Config
-from .link import Link, NotSent, OutcomeUnknown, pack
+from .calls import NotSent, OutcomeUnknown, pack
+from .link import Link
 from .settings import ServerSettings
 
 logger = logging.getLogger("aiolock.transport")

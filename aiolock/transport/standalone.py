@@ -25,8 +25,9 @@ from collections.abc import Callable
 
 from ..config import Config
 from .base import Transport, TransportStatistics, wait_call
+from .calls import Call, LinkIdentity, NotSent, OutcomeUnknown, pack
 from .connector import Connector
-from .link import Call, Link, LinkIdentity, NotSent, OutcomeUnknown, pack
+from .link import Link
 from .resolve import FixedAddress, Resolver
 from .settings import ServerSettings
 from .subscriber import Listener, Subscriber

@@ -18,8 +18,9 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from ..config import Config
+from .calls import ErrorReply, NotSent, OutcomeUnknown, pack
 from .connector import Connector
-from .link import ErrorReply, Link, NotSent, OutcomeUnknown, OutOfStep, pack
+from .link import Link, OutOfStep
 
 logger = logging.getLogger("aiolock.pubsub")
 
