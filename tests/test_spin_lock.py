@@ -89,6 +89,7 @@ async def test_waiters_never_subscribe_and_releases_publish_nothing(
         await listener.aclose()  # type: ignore[no-untyped-call]
 
 
+@pytest.mark.slow
 async def test_the_last_try_comes_before_the_wait_ends_however_long_the_pause(
     client: aiolock.AioLock, make_client: Callable[..., aiolock.AioLock]
 ) -> None:
@@ -113,6 +114,7 @@ async def test_the_last_try_comes_before_the_wait_ends_however_long_the_pause(
     assert 0.3 - 0.05 <= loop.time() - started < 0.3 + client.config.command_timeout
 
 
+@pytest.mark.slow
 async def test_waiters_back_off(
     client: aiolock.AioLock,
     make_client: Callable[..., aiolock.AioLock],
