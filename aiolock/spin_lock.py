@@ -8,7 +8,7 @@ import dataclasses
 import random
 import weakref
 from collections import Counter
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from . import acquire, scripts
@@ -82,15 +82,6 @@ class SpinLock(Lock):
             raise ValueError("spin lock: need initial_delay <= max_delay and multiplier >= 1")
         self._delays = (first, most, float(multiplier))
 
-    def _pauses(self) -> Iterator[float]:
-        """The pauses between tries (Redisson's ExponentialBackOff, in seconds)."""
-        pause, most, multiplier = self._delays
-        tries = 0
-        while True:
-            yield pause
-            tries += 1
-            pause = min(most, pause * multiplier + random.random() * tries / 1000)
-
     def _grant(
         self, wait: float | None, lease_time: float | None, owner: Owner | None
     ) -> Coroutine[Any, Any, Attempt | None]:
@@ -112,7 +103,8 @@ class SpinLock(Lock):
         client = self._client
         loop = asyncio.get_running_loop()
         until = None if wait is None else loop.time() + wait
-        pauses = self._pauses()
+        pause, most, multiplier = self._delays
+        tries = 0
         counts: Counter[str] | None = None
         try:
             while True:
@@ -122,15 +114,16 @@ class SpinLock(Lock):
                 )
                 if grant is not None:
                     return grant
-                pause = next(pauses)
-                if until is not None:
-                    pause = min(pause, until - _LAST_TRY - loop.time())
-                    if pause <= 0:
-                        return None
+                tries += 1
+                sleep = pause if until is None else min(pause, until - _LAST_TRY - loop.time())
+                if sleep <= 0:
+                    return None
                 if counts is None:
                     counts = _spinning.setdefault(client, Counter())
                     counts[self.name] += 1
-                await asyncio.sleep(pause)
+                await asyncio.sleep(sleep)
+                # Redisson's ExponentialBackOff: x multiplier, + up to 1 ms per try so far
+                pause = min(most, pause * multiplier + random.random() * tries / 1000)
                 if until is not None and loop.time() >= until:
                     return None
         finally:
