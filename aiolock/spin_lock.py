@@ -34,7 +34,8 @@ def spinning(client: AioLock) -> int:
 
 
 class SpinRule(LockRule):
-    """The reentrant lock's hash and acquire; its releases publish nothing."""
+    """The reentrant lock's hash and acquire; its releases publish nothing (and its channel
+    is never subscribed: a spin lock runs the shared loop only for tries without waiting)."""
 
     kind = "spin_lock"
 
@@ -108,7 +109,9 @@ class SpinLock(Lock):
         counts: Counter[str] | None = None
         try:
             while True:
-                rt = dataclasses.replace(client.runtime(), metrics=None)  # recorded once
+                rt = client.runtime()
+                if rt.metrics is not None:  # the whole acquisition is recorded once
+                    rt = dataclasses.replace(rt, metrics=None)
                 grant = await acquire.acquire(
                     rt, self._rule, owner, wait=0.0, lease_ms=lease_ms, renew=renew
                 )

@@ -173,6 +173,21 @@ async def test_a_plain_lock_and_a_spin_lock_of_one_name_exclude_each_other(
         assert not await client.lock(NAME).try_lock()
 
 
+async def test_a_closed_clients_waiter_raises_at_its_next_try(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    holder = make_client().spin_lock(NAME)
+    assert await holder.try_lock(lease_time=30)
+    client = make_client()
+    waiter = asyncio.create_task(client.spin_lock(NAME).lock())
+    await eventually(lambda: true(client.statistics().tasks_waiting == 1))
+    await client.aclose()
+    with pytest.raises(aiolock.ClientClosedError):
+        async with asyncio.timeout(5):  # its next try, at most max_delay (128 ms) later
+            await waiter
+    assert client.statistics().tasks_waiting == 0
+
+
 async def test_bad_backoffs_are_refused(client: aiolock.AioLock) -> None:
     with pytest.raises(ValueError):
         client.spin_lock(NAME, initial_delay=0)
