@@ -44,6 +44,7 @@ from .rwlock import ReadWriteLock as ReadWriteLock
 from .rwlock import WriteLock as WriteLock
 from .semaphore import Semaphore as Semaphore
 from .semaphore import SemaphoreStatistics as SemaphoreStatistics
+from .spin_lock import SpinLock as SpinLock
 
 __all__ = [
     "AioLock",
@@ -79,6 +80,7 @@ __all__ = [
     "ReplicationError",
     "Semaphore",
     "SemaphoreStatistics",
+    "SpinLock",
     "SubscriptionError",
     "WriteLock",
     "WrongEventLoopError",

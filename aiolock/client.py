@@ -37,6 +37,7 @@ from .runtime import Runtime
 from .rwlock import ReadWriteLock
 from .semaphore import Semaphore
 from .sentinel import is_sentinel_url, master_from_url
+from .spin_lock import SpinLock, spinning
 from .transport import ServerSettings, StandaloneTransport, Transport
 from .transport.cluster import ClusterTransport
 from .transport.resolve import SentinelAddress
@@ -170,6 +171,26 @@ class AioLock:
     def fenced_lock(self, name: str, *, max_hold: float | None = None) -> FencedLock:
         """The fenced lock called ``name``: a lock whose acquisitions return fencing tokens."""
         return FencedLock(self._runtime, check_name(name), max_hold=max_hold)
+
+    def spin_lock(
+        self,
+        name: str,
+        *,
+        initial_delay: float = 0.001,
+        max_delay: float = 0.128,
+        multiplier: float = 2.0,
+        max_hold: float | None = None,
+    ) -> SpinLock:
+        """The spin lock called ``name``: a lock whose waiters try again after a growing
+        pause instead of subscribing (Redisson's ``RSpinLock``; see :class:`SpinLock`)."""
+        return SpinLock(
+            self._runtime,
+            check_name(name),
+            initial_delay=initial_delay,
+            max_delay=max_delay,
+            multiplier=multiplier,
+            max_hold=max_hold,
+        )
 
     def fair_lock(
         self, name: str, *, wait_allowance: float | None = None, max_hold: float | None = None
@@ -442,7 +463,7 @@ class AioLock:
             links=transport.links,
             commands_in_flight=transport.commands_in_flight,
             subscriptions=transport.subscriptions,
-            tasks_waiting=rt.pubsub.parked,
+            tasks_waiting=rt.pubsub.parked + spinning(self._runtime),
             links_opened=transport.links_opened,
             pubsub_connections_opened=transport.pubsub_connections_opened,
             pubsub_reconnects=transport.pubsub_reconnects,

@@ -249,10 +249,14 @@ class Lock:
         held = rt.leases.get(self.name, who)
         if held is not None and held.cap != math.inf:
             lease_ms = rt.leases.capped_lease(held, lease_ms)  # a nested acquire: never past it
-        grant = acquire.acquire(
-            rt, self._rule, who, wait=wait, lease_ms=lease_ms, renew=lease_time is None
-        )
+        grant = self._acquisition(rt, who, wait, lease_ms, lease_time is None)
         return grant if cap is None else self._capped(grant, who, cap)
+
+    def _acquisition(
+        self, rt: Runtime, who: Owner, wait: float | None, lease_ms: int, renew: bool
+    ) -> Coroutine[Any, Any, Attempt | None]:
+        """How this type waits: the shared loop, woken by the lock's channel."""
+        return acquire.acquire(rt, self._rule, who, wait=wait, lease_ms=lease_ms, renew=renew)
 
     async def _capped(
         self, grant: Coroutine[Any, Any, Attempt | None], who: Owner, max_hold: float

@@ -9,6 +9,7 @@ a facade that builds the runtime, makes lock objects on it and closes it.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
@@ -104,6 +105,15 @@ class Runtime:
                 )
             self._loop = loop
         return self
+
+    def without_metrics(self) -> Runtime:
+        """This runtime recording no metrics (for a caller that records its whole operation
+        once, like a spin lock's tries): itself if it records none."""
+        if self.metrics is None:
+            return self
+        other = copy.copy(self)
+        other.metrics = None
+        return other
 
     # -- what the lock types share ----------------------------------------------------------
 

@@ -30,6 +30,7 @@ Kind = Callable[[aiolock.AioLock, str], aiolock.Lock]
 KINDS: dict[str, Kind] = {
     "lock": lambda client, name: client.lock(name),
     "fenced_lock": lambda client, name: client.fenced_lock(name),
+    "spin_lock": lambda client, name: client.spin_lock(name),
     "fair_lock": lambda client, name: client.fair_lock(name),
     "read_lock": lambda client, name: client.read_write_lock(name).read_lock(),
     "write_lock": lambda client, name: client.read_write_lock(name).write_lock(),

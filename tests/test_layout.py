@@ -203,6 +203,7 @@ BELOW_THE_CLIENT = (
     "aiolock.lock",
     "aiolock.fair_lock",
     "aiolock.fenced_lock",
+    "aiolock.spin_lock",
     "aiolock.rwlock",
     "aiolock.semaphore",
     "aiolock.permit_semaphore",

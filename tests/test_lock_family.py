@@ -30,6 +30,7 @@ LockFactory = Callable[[aiolock.AioLock, str], FamilyLock]
 FACTORIES: dict[str, LockFactory] = {
     "lock": lambda client, name: client.lock(name),
     "fenced_lock": lambda client, name: client.fenced_lock(name),
+    "spin_lock": lambda client, name: client.spin_lock(name),
     "fair_lock": lambda client, name: client.fair_lock(name),
     "write_lock": lambda client, name: client.read_write_lock(name).write_lock(),
     # composites of one member (tests/test_multilock.py and test_redlock.py span servers)

@@ -174,7 +174,7 @@ async def test_the_client_default_applies_to_async_with_and_a_call_can_lift_it(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["fenced", "fair", "read", "write"])
+@pytest.mark.parametrize("kind", ["fenced", "fair", "spin", "read", "write"])
 async def test_every_watchdog_renewed_lock_type_honours_the_cap(
     make_client: Callable[..., aiolock.AioLock], kind: str
 ) -> None:
@@ -200,6 +200,8 @@ def _lock_of(client: aiolock.AioLock, kind: str, name: str, **kwargs: Any) -> An
         return client.fenced_lock(name, **kwargs)
     if kind == "fair":
         return client.fair_lock(name, **kwargs)
+    if kind == "spin":
+        return client.spin_lock(name, **kwargs)
     rw = client.read_write_lock(name, **kwargs)
     return rw.read_lock() if kind == "read" else rw.write_lock()
 

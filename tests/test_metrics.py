@@ -189,6 +189,12 @@ async def _fenced(client: aiolock.AioLock) -> None:
         pass
 
 
+@_type("spin_lock")
+async def _spin(client: aiolock.AioLock) -> None:
+    async with client.spin_lock("t:spin"):
+        pass
+
+
 @_type("fair_lock")
 async def _fair(client: aiolock.AioLock) -> None:
     async with client.fair_lock("t:fair"):

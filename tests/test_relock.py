@@ -44,6 +44,7 @@ Kind = Callable[[aiolock.AioLock, str], aiolock.Lock]
 KINDS: dict[str, tuple[Kind, Kind]] = {
     "lock": (lambda c, n: c.lock(n), lambda c, n: c.lock(n)),
     "fenced_lock": (lambda c, n: c.fenced_lock(n), lambda c, n: c.fenced_lock(n)),
+    "spin_lock": (lambda c, n: c.spin_lock(n), lambda c, n: c.spin_lock(n)),
     "fair_lock": (lambda c, n: c.fair_lock(n), lambda c, n: c.fair_lock(n)),
     "read_lock": (
         lambda c, n: c.read_write_lock(n).read_lock(),

@@ -435,7 +435,7 @@ class Orchestrator:
         behind its holders' backs, as a broken lock would, and record nothing of it (the
         "fault" event names the kind only): the checker must see the overlaps it causes."""
         keys = [k.decode() for k in await self.control(target, "KEYS", "*")]
-        locks = [k for k in keys if k in (*plan.LOCKS, plan.FENCED, plan.RW)]
+        locks = [k for k in keys if k in (*plan.LOCKS, plan.FENCED, plan.SPIN, plan.RW)]
         if locks:
             await self.control(target, "DEL", *locks)
         detail["deleted"] = locks

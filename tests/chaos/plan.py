@@ -16,6 +16,7 @@ WIPEABLE: Final = ("s0", "s1", "s2")
 
 LOCKS: Final = ("L0", "L1", "M-a")  # "M-a" is also the multi-lock's member on s0
 FENCED: Final = "F0"
+SPIN: Final = "K0"
 FAIR: Final = "R0"
 RW: Final = "W0"
 PERMITS: Final = "P0"
@@ -48,6 +49,7 @@ FAIR_ALLOWANCE: Final = 2.0
 ACTORS: Final = {
     "lock": 2,
     "fenced_lock": 1,
+    "spin_lock": 1,
     "fair_lock": 1,
     "read_write_lock": 2,
     "permit_semaphore": 1,

@@ -55,6 +55,7 @@ def test_the_campaign_did_its_work(report: Report) -> None:
     assert {
         "lock",
         "fenced_lock",
+        "spin_lock",
         "fair_lock",
         "read_lock",
         "permit_semaphore",

@@ -97,7 +97,7 @@ class Target(Protocol):
 
 
 class LockTarget:
-    """A lock, fenced lock, fair lock, read lock or write lock."""
+    """A lock, fenced lock, spin lock, fair lock, read lock or write lock."""
 
     rule = "one"
     quorum = 1
@@ -663,6 +663,8 @@ def make_actors(ctx: Process, seed: int) -> list[Actor]:
                 targets = [LockTarget(kind, c0.lock(n), "s0", "x", ctx) for n in plan.LOCKS]
             elif kind == "fenced_lock":
                 targets = [LockTarget(kind, c0.fenced_lock(plan.FENCED), "s0", "x", ctx)]
+            elif kind == "spin_lock":
+                targets = [LockTarget(kind, c0.spin_lock(plan.SPIN), "s0", "x", ctx)]
             elif kind == "fair_lock":
                 fair = c0.fair_lock(plan.FAIR, wait_allowance=plan.FAIR_ALLOWANCE)
                 targets = [LockTarget(kind, fair, "s0", "x", ctx)]
