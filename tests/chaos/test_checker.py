@@ -449,6 +449,37 @@ def test_a_latch_wait_may_not_see_a_closed_latch_open() -> None:
     assert kinds(judge(c)) == ["latch"]
 
 
+def test_a_count_down_left_to_the_background_may_open_the_latch_later() -> None:
+    """A count-down whose caller was cancelled (or told its outcome is unknown) is finished
+    by its client in the background: it may land until that work is done, not only while
+    the call ran; once the client was seen idle, it can no longer open the latch."""
+
+    def campaign(out: str, background: list[tuple[float, bool]] | None) -> Worker:
+        w = Worker(1)
+        if background is not None:
+            w.events += [{"e": "bg", "s": "s3", "busy": b, "t": t} for t, b in background]
+        w.call("latch_down", "C0@s3", 0.5, 0.6, out)
+        w.call("latch_set", "C0@s3", 1.0, 1.1, "set")
+        w.call("latch_wait", "C0@s3", 2.0, 2.1, "open", bound=1.5)
+        return w
+
+    for out in ("cancelled", "err:OutcomeUnknownError"):
+        # still in the background when the wait returned: it may have opened it
+        assert judge(campaign(out, [(0.0, False), (0.55, True), (2.5, False)])).violations == []
+        # nothing recorded of the background: it may have landed at any time
+        assert judge(campaign(out, None)).violations == []
+        # done in the background before the close: it cannot have opened it
+        report = judge(campaign(out, [(0.0, False), (0.55, True), (0.9, False), (3.0, True)]))
+        assert kinds(report) == ["latch"]
+        # finished before the call returned (the client idle then)
+        assert kinds(judge(campaign(out, [(0.0, False), (0.52, True), (0.58, False)]))) == ["latch"]
+    # a count-down that said what it did ran before it returned (here: before the close),
+    # whatever the client did in the background afterwards
+    for out in ("count:0", "count:1"):
+        report = judge(campaign(out, [(0.0, False), (0.55, True), (2.5, False)]))
+        assert kinds(report) == ["latch"]
+
+
 def test_a_plain_semaphore_keeps_its_permits() -> None:
     final = [{"e": "semaphore", "name": "S0@s3", "available": 3, "cap": 2}]
     assert kinds(judge(Worker(1), orchestrator=final)) == ["permits"]

@@ -641,6 +641,29 @@ class LatchActor(Actor):
 # -- the process ----------------------------------------------------------------------------
 
 
+class BackgroundWatch(set[asyncio.Task[Any]]):
+    """A client's set of background tasks (``AioLock._background``) that records when it
+    becomes busy and when it is empty again: a latch write whose caller left (cancelled,
+    or told its outcome is unknown) is finished by such a task, so it lands before the
+    client is next seen idle (see ``check_latch``)."""
+
+    def __init__(self, rec: Recorder, server: str) -> None:
+        super().__init__()
+        self.rec, self.server = rec, server
+        rec.write({"e": "bg", "s": server, "busy": False, "t": now()})
+
+    def add(self, task: asyncio.Task[Any]) -> None:
+        if not self:
+            self.rec.write({"e": "bg", "s": self.server, "busy": True, "t": now()})
+        super().add(task)
+
+    def discard(self, task: object) -> None:
+        had = bool(self)
+        super().discard(task)
+        if had and not self:
+            self.rec.write({"e": "bg", "s": self.server, "busy": False, "t": now()})
+
+
 async def lag_monitor(rec: Recorder, threshold: float = 0.002, tick: float = 0.01) -> None:
     """Record the intervals the event loop ran late (or the process was stopped)."""
     while True:
@@ -729,6 +752,8 @@ async def main(settings: dict[str, Any]) -> None:
         server: aiolock.from_url(url, metrics=False, **plan.CLIENT)  # type: ignore[arg-type]
         for server, url in settings["urls"].items()
     }
+    # the latch's client: when its writes left to the background are done (see BackgroundWatch)
+    clients["s3"]._background = BackgroundWatch(rec, "s3")
     ctx = Process(rec, clients, config, offset=now() - loop.time())
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
