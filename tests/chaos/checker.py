@@ -565,6 +565,12 @@ def _began(hold: Hold) -> float:
     return hold.acquire.t0 if hold.acquire is not None else hold.t
 
 
+def _ended(hold: Hold) -> float:
+    """When ``hold`` had certainly ended, token and all: its validity's end, or its grant
+    if that came later (the token was handed out at some point before the grant)."""
+    return max(hold.valid_end, hold.t)
+
+
 def check_tokens(holds: Sequence[Hold]) -> list[Violation]:
     violations: list[Violation] = []
     fenced: dict[tuple[str, str], list[tuple[int, Hold]]] = defaultdict(list)
@@ -583,11 +589,14 @@ def check_tokens(holds: Sequence[Hold]) -> list[Violation]:
                     )
                 )
             seen[token] = hold
-        ended = sorted(group, key=lambda item: item[1].valid_end)
+        # A hold ended at the end of its validity, but never before its grant: a lease
+        # that ran out while the reply was on its way ends the hold's validity before it
+        # was granted, not before the token was handed out (at some point up to the grant)
+        ended = sorted(group, key=lambda item: _ended(item[1]))
         index = 0
         best: tuple[int, Hold] | None = None
         for token, hold in sorted(group, key=lambda item: _began(item[1])):
-            while index < len(ended) and ended[index][1].valid_end <= _began(hold):
+            while index < len(ended) and _ended(ended[index][1]) <= _began(hold):
                 if best is None or ended[index][0] > best[0]:
                     best = ended[index]
                 index += 1

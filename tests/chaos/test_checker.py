@@ -410,6 +410,24 @@ def test_fencing_tokens_grow_and_are_never_reused() -> None:
     assert any("handed out twice" in v.message for v in judge(a, b, d).violations)
 
 
+def test_a_hold_whose_lease_ran_out_before_its_grant_ends_at_its_grant() -> None:
+    """A's reply came after its lease could have run out (valid until 1.5, granted at 2.0):
+    its token may have been handed out at any time up to 2.0, so B, asked at 1.8, may get a
+    lower one. Asked after A's grant, it may not."""
+    a, b = Worker(1), Worker(2)
+    h = a.hold("F0@s0", 2.0, 1.5, asked=0.5, token=10, kind="fenced_lock")
+    a.release(h, 2.1, obj="F0@s0")
+    h = b.hold("F0@s0", 2.2, 32.2, asked=1.8, token=9, kind="fenced_lock")
+    b.release(h, 2.3, obj="F0@s0")
+    assert judge(a, b).violations == []
+    c = Worker(3)
+    h = c.hold("F0@s0", 2.4, 32.4, asked=2.05, token=8, kind="fenced_lock")
+    c.release(h, 2.5, obj="F0@s0")
+    report = judge(a, b, c)
+    assert kinds(report) == ["token"]
+    assert "not above 10" in report.violations[0].message
+
+
 def test_a_token_counter_wiped_with_its_server_must_still_grow() -> None:
     """A restart empty between two holds: the counter starts again from the server's clock,
     so a token not above the earlier ones is still a violation."""
