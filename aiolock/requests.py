@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from .acquire import _LINK_LATE, NOT_RUN, Command, Runtime, cancel_allowance, wait_shielded
+from .acquire import LINK_LATE, NOT_RUN, Command, Runtime, cancel_allowance, wait_shielded
 from .errors import (
     OutcomeUnknownError,
     RedisOperationError,
@@ -195,7 +195,7 @@ async def mutate(
 def _link_bounds(rt: Runtime, sent_at: float, deadline: float) -> bool:
     """Whether the link's health check gives a command sent at ``sent_at`` its reply (or
     drops the link) before ``deadline``."""
-    return sent_at + rt.config.command_timeout + _LINK_LATE <= deadline
+    return sent_at + rt.config.command_timeout + LINK_LATE <= deadline
 
 
 def _abandoned(
