@@ -502,19 +502,25 @@ class Actor:
             target.on_lost(handle, lost)
         except Exception as exc:
             rec.write({"e": "onlost", "h": held.hid, "t": now(), "err": outcome(exc)})
-        self.sample(held)
+        # stamped with the grant's time: the event loop has not run since the grant was
+        # learnt, so the client's deadlines are still those it had then (a SIGSTOP landing
+        # in between must not make the hold look valid until the process runs again)
+        self.sample(held, at=t)
         return held
 
-    def sample(self, held: Held) -> None:
+    def sample(self, held: Held, at: float | None = None) -> None:
+        """Record the hold's lease deadlines now (``at``: the time they stand for) if they
+        changed."""
+        seen = now() if at is None else at
         if not held.target.leases:
             if not held.last:
                 held.last = [None]
-                self.ctx.rec.write({"e": "lease", "h": held.hid, "t": now(), "d": [None]})
+                self.ctx.rec.write({"e": "lease", "h": held.hid, "t": seen, "d": [None]})
             return
         deadlines = held.target.deadlines(held.handle)
         if deadlines != held.last:
             held.last = deadlines
-            self.ctx.rec.write({"e": "lease", "h": held.hid, "t": now(), "d": deadlines})
+            self.ctx.rec.write({"e": "lease", "h": held.hid, "t": seen, "d": deadlines})
 
     async def work(self, held: Held) -> None:
         rng = self.rng
