@@ -219,7 +219,7 @@ class Rule(ABC):
 #: a command it gave up on (the link looks once more, 10 ms later, after the loop has polled
 #: the socket; then its timer's lateness). A caller whose deadline comes sooner than that
 #: bounds the command with a timer of its own.
-_LINK_LATE = 0.02
+LINK_LATE = 0.02
 
 #: a caller's own give-up looks at its command once more, after the loop has polled its
 #: sockets, in the last this-many seconds before its deadline (as the link's health check
@@ -512,7 +512,7 @@ class _Op:
         caller arms a timer of its own)."""
         return (
             deadline is None
-            or call.sent_at + self.rt.config.command_timeout + _LINK_LATE <= deadline
+            or call.sent_at + self.rt.config.command_timeout + LINK_LATE <= deadline
         )
 
     def abandon(self, call: Call, finish: Finish) -> asyncio.Task[None]:

@@ -317,12 +317,18 @@ class Semaphore:
 
         Once called, the release completes even if the caller is cancelled (the caller waits
         for it at most ``config.cleanup_timeout``); a lost reply is settled, never sent again
-        blindly, so permits are never added twice."""
+        blindly, so permits are never added twice. Returns within ``cleanup_timeout``: a
+        release not confirmed by then raises RedisTimeoutError and goes on in the
+        background."""
+        permits = check_permits(permits)
         await self._mutate(
             scripts.SEMAPHORE_RELEASE,
             (self.name, self._channel_key),
-            (check_permits(permits), REQUEST_TTL_MS, PUBLISH),
+            (permits, REQUEST_TTL_MS, PUBLISH),
             "release",
+            deadline=acquire.cleanup_deadline(
+                asyncio.get_running_loop().time(), self._client.config
+            ),
         )
 
     async def __aenter__(self) -> Semaphore:
@@ -363,11 +369,17 @@ class Semaphore:
         )
 
     async def _mutate(
-        self, script: scripts.Script, keys: tuple[str, ...], args: tuple[Any, ...], what: str
+        self,
+        script: scripts.Script,
+        keys: tuple[str, ...],
+        args: tuple[Any, ...],
+        what: str,
+        *,
+        deadline: float | None = None,
     ) -> Any:
         """Run a script that records its reply under a new request id: KEYS are ``keys``
         then the client's request latches, ARGV ``args`` then the request id and the ids to
-        forget. Its lost reply is settled by that record."""
+        forget. Its lost reply is settled by that record. See ``mutate`` for ``deadline``."""
         client = self._client
         rt = client.runtime()
         latches = latches_of(client)
@@ -380,7 +392,12 @@ class Semaphore:
         what = f"{what} of semaphore {self.name!r}"
         try:
             reply = await mutate(
-                rt, self.name, cmd, latches.settle(rt, self.name, request, parse), what=what
+                rt,
+                self.name,
+                cmd,
+                latches.settle(rt, self.name, request, parse),
+                what=what,
+                deadline=deadline,
             )
         except BaseException:
             latches.finished_later(self.name, request)
@@ -658,6 +675,7 @@ class PermitExpirableSemaphore:
             rule.release(permit, 0, 1),
             settle,
             what=f"releasing permit {permit} of semaphore {self.name!r}",
+            deadline=acquire.cleanup_deadline(asyncio.get_running_loop().time(), rt.config),
         )
         return bool(reply == 1)
 
