@@ -4,6 +4,7 @@ when it expires) on the shared acquisition loop."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import math
@@ -300,6 +301,7 @@ class PermitExpirableSemaphore:
             rule.release(permit, 0, 1),
             settle,
             what=f"releasing permit {permit} of semaphore {self.name!r}",
+            deadline=commands.cleanup_deadline(asyncio.get_running_loop().time(), rt.config),
         )
         return bool(reply == 1)
 

@@ -29,14 +29,19 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from .commands import cancel_allowance
-from .errors import OutcomeUnknownError, RedisOperationError, RedisUnavailableError
+from .commands import LINK_LATE, cancel_allowance
+from .errors import (
+    OutcomeUnknownError,
+    RedisOperationError,
+    RedisTimeoutError,
+    RedisUnavailableError,
+)
 from .keys import requests_key
 from .operation import wait_shielded
 from .rules import NOT_RUN, Command
 from .runtime import Runtime, RuntimeSource, runtime_of
 from .tasks import new_id
-from .transport import ErrorReply, NotSent, OutcomeUnknown, is_readonly
+from .transport import Call, ErrorReply, NotSent, OutcomeUnknown, is_readonly
 
 logger = logging.getLogger("aiolock")
 
@@ -138,33 +143,78 @@ def latches_of(source: Runtime | RuntimeSource) -> RequestLatches:
 # -- running one mutating command ------------------------------------------------------------
 
 
-async def mutate(rt: Runtime, key: str, cmd: Command, settle: Settle, *, what: str) -> Any:
+async def mutate(
+    rt: Runtime,
+    key: str,
+    cmd: Command,
+    settle: Settle,
+    *,
+    what: str,
+    deadline: float | None = None,
+) -> Any:
     """Run a mutating command and return its reply (an error reply raises
     RedisOperationError).
 
     A lost reply is settled: once the transport has fenced the dropped link, ``settle``
     says what the command did (its reply), or NOT_RUN, and then it is sent again. Cancelling
     the caller does not stop the command: it is finished in the background, and the caller
-    waits for that at most ``cleanup_timeout`` before its CancelledError goes on."""
+    waits for that at most ``cleanup_timeout`` before its CancelledError goes on. With a
+    ``deadline`` (loop time; see ``cleanup_deadline``), the caller waits for the outcome
+    until then at most: what is not known by then is finished in the background, exactly
+    as for a cancelled caller, and RedisTimeoutError is raised."""
     try:
-        call = rt.transport.send_now(cmd, key=key) or await rt.transport.send(cmd, key=key)
+        call = rt.transport.send_now(cmd, key=key) or await rt.transport.send(
+            cmd, key=key, deadline=deadline
+        )
     except NotSent:
-        return await _finish(rt, _run(rt, key, cmd, settle, what, None, 0.0))
+        return await _finish(rt, _run(rt, key, cmd, settle, what, None, 0.0), deadline, what)
     except asyncio.CancelledError:  # cancelled while connecting: nothing was sent yet
         await _finish_cancelled(rt, _run(rt, key, cmd, settle, what, None, 0.0))
         raise
     try:
-        reply = await call.future
+        if deadline is None or _link_bounds(rt, call.sent_at, deadline):
+            reply = await call.future  # the link's health check bounds it
+        else:
+            async with asyncio.timeout_at(deadline):
+                reply = await call.future
     except asyncio.CancelledError:
-        outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        call.abandon(lambda value: None if outcome.done() else outcome.set_result(value))
-        await _finish_cancelled(rt, _run(rt, key, cmd, settle, what, outcome, call.sent_at))
+        await _finish_cancelled(rt, _abandoned(rt, key, cmd, settle, what, call))
         raise
+    except TimeoutError:
+        task = rt.spawn(_abandoned(rt, key, cmd, settle, what, call))
+        task.add_done_callback(_log_outcome)
+        raise _unconfirmed(what) from None
     if isinstance(reply, OutcomeUnknown):
-        return await _finish(rt, _run(rt, key, cmd, settle, what, _ready(reply), call.sent_at))
+        return await _finish(
+            rt, _run(rt, key, cmd, settle, what, _ready(reply), call.sent_at), deadline, what
+        )
     if is_readonly(reply):  # ran into a replica (a demoted master), wrote nothing: again
-        return await _finish(rt, _run(rt, key, cmd, settle, what, None, 0.0))
+        return await _finish(rt, _run(rt, key, cmd, settle, what, None, 0.0), deadline, what)
     return _checked(reply, what)
+
+
+def _link_bounds(rt: Runtime, sent_at: float, deadline: float) -> bool:
+    """Whether the link's health check gives a command sent at ``sent_at`` its reply (or
+    drops the link) before ``deadline``."""
+    return sent_at + rt.config.command_timeout + LINK_LATE <= deadline
+
+
+def _abandoned(
+    rt: Runtime, key: str, cmd: Command, settle: Settle, what: str, call: Call
+) -> Coroutine[Any, Any, Any]:
+    """Finishing ``call``, whose caller left, in the background: its reply, whenever it
+    comes, goes to the settlement."""
+    call.future.cancel()
+    outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    call.abandon(lambda value: None if outcome.done() else outcome.set_result(value))
+    return _run(rt, key, cmd, settle, what, outcome, call.sent_at)
+
+
+def _unconfirmed(what: str) -> RedisTimeoutError:
+    return RedisTimeoutError(
+        f"{what} was not confirmed within cleanup_timeout; it goes on in the background "
+        "(a lost reply is settled, never sent again blindly)"
+    )
 
 
 def _checked(reply: Any, what: str) -> Any:
@@ -179,15 +229,25 @@ def _ready(value: Any) -> asyncio.Future[Any]:
     return future
 
 
-async def _finish(rt: Runtime, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` in a background task; if the caller is cancelled meanwhile, it goes on."""
+async def _finish(
+    rt: Runtime, coro: Coroutine[Any, Any, Any], deadline: float | None, what: str
+) -> Any:
+    """Run ``coro`` in a background task; if the caller is cancelled meanwhile, or
+    ``deadline`` passes first (RedisTimeoutError), it goes on."""
     task = rt.spawn(coro)
     try:
-        return await asyncio.shield(task)
+        if deadline is None:
+            return await asyncio.shield(task)
+        timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+        await asyncio.wait((task,), timeout=timeout)
     except asyncio.CancelledError:
         task.add_done_callback(_log_outcome)
         await wait_shielded(task, cancel_allowance(rt.config))
         raise
+    if task.done():
+        return task.result()
+    task.add_done_callback(_log_outcome)
+    raise _unconfirmed(what)
 
 
 async def _finish_cancelled(rt: Runtime, coro: Coroutine[Any, Any, Any]) -> None:

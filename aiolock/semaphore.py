@@ -23,6 +23,7 @@ release of one permit wakes one waiter, not all of them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from types import TracebackType
@@ -302,12 +303,18 @@ class Semaphore:
 
         Once called, the release completes even if the caller is cancelled (the caller waits
         for it at most ``config.cleanup_timeout``); a lost reply is settled, never sent again
-        blindly, so permits are never added twice."""
+        blindly, so permits are never added twice. Returns within ``cleanup_timeout``: a
+        release not confirmed by then raises RedisTimeoutError and goes on in the
+        background."""
+        permits = check_permits(permits)
         await self._mutate(
             scripts.SEMAPHORE_RELEASE,
             (self.name, self._channel_key),
-            (check_permits(permits), REQUEST_TTL_MS, PUBLISH),
+            (permits, REQUEST_TTL_MS, PUBLISH),
             "release",
+            deadline=commands.cleanup_deadline(
+                asyncio.get_running_loop().time(), self._runtime.config
+            ),
         )
 
     async def __aenter__(self) -> Semaphore:
@@ -348,11 +355,17 @@ class Semaphore:
         )
 
     async def _mutate(
-        self, script: scripts.Script, keys: tuple[str, ...], args: tuple[Any, ...], what: str
+        self,
+        script: scripts.Script,
+        keys: tuple[str, ...],
+        args: tuple[Any, ...],
+        what: str,
+        *,
+        deadline: float | None = None,
     ) -> Any:
         """Run a script that records its reply under a new request id: KEYS are ``keys``
         then the client's request latches, ARGV ``args`` then the request id and the ids to
-        forget. Its lost reply is settled by that record."""
+        forget. Its lost reply is settled by that record. See ``mutate`` for ``deadline``."""
         runtime = self._runtime
         rt = runtime.use()
         latches = latches_of(runtime)
@@ -365,7 +378,12 @@ class Semaphore:
         what = f"{what} of semaphore {self.name!r}"
         try:
             reply = await mutate(
-                rt, self.name, cmd, latches.settle(rt, self.name, request, parse), what=what
+                rt,
+                self.name,
+                cmd,
+                latches.settle(rt, self.name, request, parse),
+                what=what,
+                deadline=deadline,
             )
         except BaseException:
             latches.finished_later(self.name, request)

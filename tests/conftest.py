@@ -90,6 +90,7 @@ SLOW_TESTS = {
     "tests/test_bounds.py::test_a_cancelled_call_ends_within_cleanup_timeout_of_its_cancellation",
     "tests/test_bounds.py::test_a_write_blocked_connection_bounds_a_fence_by_its_deadline",
     "tests/test_bounds.py::test_a_write_blocked_connection_bounds_unlock_by_cleanup_timeout",
+    "tests/test_bounds.py::test_semaphore_releases_end_within_cleanup_timeout",
     "tests/test_cancellation.py::test_unresolvable_outcome_is_an_aiolock_error",
     "tests/test_cli.py::test_inspect_and_unlock_force_with_a_redisson_peer",
     "tests/test_cli.py::test_inspect_names_with_hash_tags",

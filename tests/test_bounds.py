@@ -207,6 +207,67 @@ async def _timed_exit(lock: aiolock.Lock, leave: asyncio.Event) -> tuple[float, 
     return loop.time() - exit_started - CLEANUP_TIMEOUT, outcome
 
 
+async def test_semaphore_releases_end_within_cleanup_timeout(fault: Fault) -> None:
+    """A plain semaphore's releases (half ``release()``, half ``async with`` exits) and
+    releases of a permit-expirable semaphore's permits taken by another client, none
+    answered: each returns within cleanup_timeout (before the fix they waited for the
+    link's health check, then the fence and the settlement: 1.3 s against 1.0 s in the
+    fault campaign), and what they left to the background goes through exactly once."""
+    async with (
+        aiolock.from_url(fault.url, **CONFIG) as client,
+        aiolock.from_url(fault.direct) as other,
+    ):
+        sem = client.semaphore("bounded")
+        assert await sem.try_set_permits(N)
+        await sem.acquire(N // 2)
+        leave = asyncio.Event()
+        blocks = [asyncio.create_task(_timed_sem_exit(sem, leave)) for _ in range(N // 2)]
+        pes = other.permit_expirable_semaphore("bounded-pes")
+        assert await pes.try_set_permits(N // 2)
+        permits = [await pes.acquire(30) for _ in range(N // 2)]
+        async with asyncio.timeout(10):
+            while await sem.available_permits():  # noqa: ASYNC110 (no event)
+                await asyncio.sleep(0.01)
+        fault.start()
+        try:
+            leave.set()
+            releases = [_ended_within(CLEANUP_TIMEOUT, sem.release()) for _ in range(N // 2)]
+            mine = client.permit_expirable_semaphore("bounded-pes")
+            foreign = [_ended_within(CLEANUP_TIMEOUT, mine.release(p)) for p in permits]
+            results = [
+                *await asyncio.gather(*releases, *foreign),
+                *await asyncio.gather(*blocks),
+            ]
+        finally:
+            fault.stop()
+        _assert_within(results)
+        assert any(outcome not in ("None", "exited") for _, outcome in results)  # met the fault
+
+        async def counts() -> tuple[int, int]:
+            return await sem.available_permits(), await pes.available_permits()
+
+        async with asyncio.timeout(15):  # settled in the background, each exactly once
+            while await counts() != (N, N // 2):  # noqa: ASYNC110 (no event to wait on)
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # nothing is added twice afterwards
+        assert await counts() == (N, N // 2)
+
+
+async def _timed_sem_exit(sem: aiolock.Semaphore, leave: asyncio.Event) -> tuple[float, str]:
+    """Hold a permit of ``sem`` in an ``async with`` until ``leave`` is set; how long after
+    cleanup_timeout (counted from the body's end) the exit returned, and how it ended."""
+    loop = asyncio.get_running_loop()
+    exit_started = loop.time()
+    try:
+        async with sem:
+            await leave.wait()
+            exit_started = loop.time()
+        outcome = "exited"
+    except aiolock.AioLockError as exc:
+        outcome = type(exc).__name__
+    return loop.time() - exit_started - CLEANUP_TIMEOUT, outcome
+
+
 async def test_aclose_ends_within_cleanup_timeout(fault: Fault) -> None:
     """Closing a client with holds to release and acquires in flight, none answered."""
     client = aiolock.from_url(fault.url, **CONFIG)

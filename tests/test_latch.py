@@ -186,6 +186,8 @@ async def test_a_lost_count_down_reply_never_counts_twice(
 ) -> None:
     async with aiolock.from_url(proxy.url) as client:
         latch = client.countdown_latch("lost")
+        with pytest.raises(aiolock.LockStateError):  # loads the script (a NOSCRIPT reply
+            await latch.count_down()  # would be blackholed too)
         assert await latch.try_set_count(3)
         proxy.blackhole_replies()
         task = asyncio.create_task(latch.count_down())
@@ -195,6 +197,33 @@ async def test_a_lost_count_down_reply_never_counts_twice(
         assert await task == 2
         assert await redis_client.get("lost") == b"2"
         assert client.statistics().fences >= 1
+
+
+async def test_a_lost_reply_of_a_count_down_on_an_open_latch_never_counts_a_new_one(
+    proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    """A count-down that found the latch open changed nothing, and says so: once its reply
+    is lost and the latch closed again meanwhile, settling it must not send it again (which
+    would count down, and here open, the new latch)."""
+    async with aiolock.from_url(proxy.url) as client:
+        latch = client.countdown_latch("lost-open")
+        with pytest.raises(aiolock.LockStateError):  # open (this also loads the script)
+            await latch.count_down()
+        before = await script_calls(redis_client)
+        proxy.blackhole_replies()
+        task = asyncio.create_task(latch.count_down())
+        await eventually(lambda: _more(script_calls(redis_client), before))  # it ran: -1
+        assert await redis_client.set("lost-open", 1)  # another client closes it
+        proxy.pass_through()
+        proxy.reset_connections()
+        with pytest.raises(aiolock.LockStateError):
+            await task
+        assert await redis_client.get("lost-open") == b"1"
+        assert client.statistics().fences >= 1
+
+
+async def _more(calls: Any, than: int) -> bool:
+    return bool(await calls > than)
 
 
 # -- names with a hash tag of their own -----------------------------------------------------

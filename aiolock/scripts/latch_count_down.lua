@@ -16,23 +16,24 @@ if done then
     return tonumber(done)
 end
 redis.call('hdel', KEYS[2], unpack(ARGV, 4))
+local result = -1
 local count = redis.call('get', KEYS[1])
-if count == false then
-    return -1
+if count ~= false then
+    count = tonumber(count)
+    if count == nil then
+        return redis.error_reply('ERR the latch count is not an integer')
+    end
+    if count > 0 then
+        result = redis.call('decr', KEYS[1])
+        if result <= 0 then
+            redis.call('del', KEYS[1])
+            redis.call(ARGV[2], ARGV[3], 0)
+            result = 0
+        end
+    end
 end
-count = tonumber(count)
-if count == nil then
-    return redis.error_reply('ERR the latch count is not an integer')
-end
-if count <= 0 then
-    return -1
-end
-count = redis.call('decr', KEYS[1])
-if count <= 0 then
-    redis.call('del', KEYS[1])
-    redis.call(ARGV[2], ARGV[3], 0)
-    count = 0
-end
-redis.call('hset', KEYS[2], ARGV[4], count)
+-- recorded whatever it did, -1 too: a count-down that found the latch open and whose
+-- reply was lost must not be sent again (it would count down a latch closed since)
+redis.call('hset', KEYS[2], ARGV[4], result)
 redis.call('pexpire', KEYS[2], ARGV[1])
-return count
+return result

@@ -30,7 +30,9 @@ reports violations of these kinds:
     before the acquisition began, across the server's restarts empty too (a lost counter
     starts again from the server's clock, above the tokens before it).
 ``latch``
-    A latch wait that returned "open" while the latch was provably closed all along.
+    A latch wait that returned "open" while the latch was provably closed all along (a
+    count-down whose caller left before its outcome was known may land until its client's
+    background work is done).
 ``permits``
     A plain semaphore that ended with more permits than it was given, or fewer than its
     holders can account for.
@@ -215,6 +217,8 @@ class Campaign:
     paused: dict[int, list[tuple[float, float]]]
     #: pid -> when it was killed
     killed: dict[int, float]
+    #: (pid, server) -> when that client's background work began (True) or ended (False)
+    background: dict[tuple[int, str], list[tuple[float, bool]]]
     #: pid -> the worker's own events that are about its end (stats, tasks, end)
     endings: dict[int, list[Event]]
     orchestrator: list[Event]
@@ -225,6 +229,7 @@ def parse(workers: dict[int, list[Event]], orchestrator: Sequence[Event]) -> Cam
     holds: list[Hold] = []
     paused: dict[int, list[tuple[float, float]]] = defaultdict(list)
     endings: dict[int, list[Event]] = defaultdict(list)
+    background: dict[tuple[int, str], list[tuple[float, bool]]] = defaultdict(list)
     for pid, events in workers.items():
         by_cid: dict[int, Call] = {}
         by_hid: dict[int, Hold] = {}
@@ -284,6 +289,8 @@ def parse(workers: dict[int, list[Event]], orchestrator: Sequence[Event]) -> Cam
                 by_hid[event["h"]].onlost_error = event["err"]
             elif kind == "stall":
                 paused[pid].append((event["t0"], event["t1"]))
+            elif kind == "bg":
+                background[(pid, event["s"])].append((event["t"], event["busy"]))
             elif kind in ("stats", "tasks", "end", "start", "ready"):
                 endings[pid].append(event)
     wipes: dict[str, list[float]] = defaultdict(list)
@@ -304,7 +311,9 @@ def parse(workers: dict[int, list[Event]], orchestrator: Sequence[Event]) -> Cam
         times.sort()
     for hold in holds:
         _validity(hold, wipes)
-    return Campaign(calls, holds, wipes, certain, paused, killed, endings, list(orchestrator))
+    return Campaign(
+        calls, holds, wipes, certain, paused, killed, dict(background), endings, list(orchestrator)
+    )
 
 
 def _first_after(times: Iterable[float], start: float) -> float:
@@ -375,7 +384,7 @@ def check(
     report.violations.extend(check_unreported_losses(campaign.holds, campaign.certain_wipes))
     report.violations.extend(check_bounds(campaign, limits))
     report.violations.extend(check_tokens(campaign.holds))
-    report.violations.extend(check_latch(campaign.calls, campaign.wipes))
+    report.violations.extend(check_latch(campaign.calls, campaign.wipes, campaign.background))
     report.violations.extend(check_permits(campaign))
     report.violations.extend(
         Violation("onlost_refused", f"on_lost raised {h.onlost_error!r}: {h.describe()}")
@@ -556,6 +565,12 @@ def _began(hold: Hold) -> float:
     return hold.acquire.t0 if hold.acquire is not None else hold.t
 
 
+def _ended(hold: Hold) -> float:
+    """When ``hold`` had certainly ended, token and all: its validity's end, or its grant
+    if that came later (the token was handed out at some point before the grant)."""
+    return max(hold.valid_end, hold.t)
+
+
 def check_tokens(holds: Sequence[Hold]) -> list[Violation]:
     violations: list[Violation] = []
     fenced: dict[tuple[str, str], list[tuple[int, Hold]]] = defaultdict(list)
@@ -574,11 +589,14 @@ def check_tokens(holds: Sequence[Hold]) -> list[Violation]:
                     )
                 )
             seen[token] = hold
-        ended = sorted(group, key=lambda item: item[1].valid_end)
+        # A hold ended at the end of its validity, but never before its grant: a lease
+        # that ran out while the reply was on its way ends the hold's validity before it
+        # was granted, not before the token was handed out (at some point up to the grant)
+        ended = sorted(group, key=lambda item: _ended(item[1]))
         index = 0
         best: tuple[int, Hold] | None = None
         for token, hold in sorted(group, key=lambda item: _began(item[1])):
-            while index < len(ended) and ended[index][1].valid_end <= _began(hold):
+            while index < len(ended) and _ended(ended[index][1]) <= _began(hold):
                 if best is None or ended[index][0] > best[0]:
                     best = ended[index]
                 index += 1
@@ -594,13 +612,23 @@ def check_tokens(holds: Sequence[Hold]) -> list[Violation]:
     return violations
 
 
-def check_latch(calls: Sequence[Call], wipes: dict[str, list[float]]) -> list[Violation]:
+def check_latch(
+    calls: Sequence[Call],
+    wipes: dict[str, list[float]],
+    background: dict[tuple[int, str], list[tuple[float, bool]]] | None = None,
+) -> list[Violation]:
     """A wait that saw the latch open while it was provably closed: some close C (a
     ``try_set_count`` that set it) had returned before the wait began, and nothing that may
     open it (a count-down to 0, one whose outcome is unknown, a server losing its data) can
     have run after C and before the wait returned. The latest-starting such C is the one to
-    try: a later close leaves fewer openers after it."""
+    try: a later close leaves fewer openers after it.
+
+    A count-down whose caller left before its outcome was known (cancelled, or told it is
+    unknown) is finished by the client in the background: it may land until that client's
+    background work is next seen done (``background``, see ``BackgroundWatch``), or at any
+    time if the process recorded none of that."""
     violations: list[Violation] = []
+    background = background or {}
     by_latch: dict[str, list[Call]] = defaultdict(list)
     for call in calls:
         if call.op.startswith("latch_"):
@@ -611,23 +639,18 @@ def check_latch(calls: Sequence[Call], wipes: dict[str, list[float]]) -> list[Vi
             (c for c in group if c.op == "latch_set" and c.out == "set" and c.t1 is not None),
             key=lambda c: c.t1 or 0.0,
         )
-        openers = sorted(
-            (
-                c
-                for c in group
-                if c.op == "latch_down"
-                and c.out not in ("err:LockStateError", None)  # refused: it was open
-                and not (c.out.startswith("count:") and c.out != "count:0")
-            ),
-            key=lambda c: c.t0,
-        )
-        # killed during a count-down: it may have run
-        openers += [c for c in group if c.op == "latch_down" and c.out is None]
+        openers = [
+            c
+            for c in group
+            if c.op == "latch_down"
+            and c.out != "err:LockStateError"  # refused: it was open
+            and not (c.out is not None and c.out.startswith("count:") and c.out != "count:0")
+        ]  # a count-down of a killed process (no return) may have run too
         openers.sort(key=lambda c: c.t0)
         starts = [o.t0 for o in openers]
         latest_end: list[float] = []  # prefix maximum of when the openers ended
         for opener in openers:
-            end = math.inf if opener.t1 is None else opener.t1
+            end = _may_land_until(opener, background.get((opener.pid, server)))
             latest_end.append(max(end, latest_end[-1]) if latest_end else end)
         close_ends = [c.t1 or 0.0 for c in closes]
         best_start: list[tuple[float, Call]] = []  # prefix maximum of the closes' starts
@@ -655,6 +678,22 @@ def check_latch(calls: Sequence[Call], wipes: dict[str, list[float]]) -> list[Vi
                     )
                 )
     return violations
+
+
+def _may_land_until(call: Call, background: Sequence[tuple[float, bool]] | None) -> float:
+    """Until when the write of ``call`` may take effect on the server: its return if its
+    outcome was known then; else the end of its client's background work under way then
+    (``background``: when it began and ended; None: not recorded, so any time)."""
+    if call.t1 is None:
+        return math.inf  # killed during the call
+    if call.out is not None and call.out.startswith("count:"):
+        return call.t1  # it ran, and said so
+    if not background:
+        return math.inf
+    index = bisect.bisect_right(background, (call.t1, True))
+    if index and not background[index - 1][1]:
+        return call.t1  # nothing in the background: it was finished before it returned
+    return next((t for t, busy in background[index:] if not busy), math.inf)
 
 
 def _abandoned(hold: Hold) -> bool:

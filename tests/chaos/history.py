@@ -29,6 +29,9 @@ A worker's events (``c``: a call id, ``h``: a hold id; both unique within the pr
     lost    h t why                           the loss was reported (on_lost, a guard)
     onlost  h t err                           registering on_lost on it raised
     stall   t0 t1                             the event loop ran late (or was stopped)
+    bg      s busy t                          the client of server s has background work
+                                              (busy: true) or none left (false); the
+                                              first one, at the start, says none
     stats   phase server stats                a client's statistics() at the end
     tasks   n names                           asyncio tasks left after every client closed
     end     t                                 the process finished cleanly

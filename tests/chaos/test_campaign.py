@@ -69,18 +69,10 @@ def test_no_overlap_within_a_valid_lease(report: Report) -> None:
     _none(report, "overlap")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 19 symptoms 10 and 1: a release (a composite's too) that a restart made "
-    "moot is reported done",
-)
 def test_no_unreported_loss(report: Report) -> None:
     _none(report, "unreported_loss")
 
 
-@pytest.mark.xfail(
-    strict=False, reason="issue 19 symptom 12: calls end 0.5-2.3 ms (up to ~0.1 s) past their bound"
-)
 def test_no_call_past_its_bound(report: Report) -> None:
     _none(report, "bound")
 
@@ -105,11 +97,6 @@ def test_a_permit_outlives_the_task_that_took_it(report: Report) -> None:
     _none(report, "abandoned")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 19 symptom 15: a multi-lock or red lock raises LockLostError to a task that "
-    "never held it (about one run in three here)",
-)
 def test_no_loss_is_blamed_on_a_caller_that_held_nothing(report: Report) -> None:
     _none(report, "lost_on_acquire")
 

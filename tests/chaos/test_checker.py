@@ -410,6 +410,24 @@ def test_fencing_tokens_grow_and_are_never_reused() -> None:
     assert any("handed out twice" in v.message for v in judge(a, b, d).violations)
 
 
+def test_a_hold_whose_lease_ran_out_before_its_grant_ends_at_its_grant() -> None:
+    """A's reply came after its lease could have run out (valid until 1.5, granted at 2.0):
+    its token may have been handed out at any time up to 2.0, so B, asked at 1.8, may get a
+    lower one. Asked after A's grant, it may not."""
+    a, b = Worker(1), Worker(2)
+    h = a.hold("F0@s0", 2.0, 1.5, asked=0.5, token=10, kind="fenced_lock")
+    a.release(h, 2.1, obj="F0@s0")
+    h = b.hold("F0@s0", 2.2, 32.2, asked=1.8, token=9, kind="fenced_lock")
+    b.release(h, 2.3, obj="F0@s0")
+    assert judge(a, b).violations == []
+    c = Worker(3)
+    h = c.hold("F0@s0", 2.4, 32.4, asked=2.05, token=8, kind="fenced_lock")
+    c.release(h, 2.5, obj="F0@s0")
+    report = judge(a, b, c)
+    assert kinds(report) == ["token"]
+    assert "not above 10" in report.violations[0].message
+
+
 def test_a_token_counter_wiped_with_its_server_must_still_grow() -> None:
     """A restart empty between two holds: the counter starts again from the server's clock,
     so a token not above the earlier ones is still a violation."""
@@ -447,6 +465,37 @@ def test_a_latch_wait_may_not_see_a_closed_latch_open() -> None:
     c.call("latch_down", "C0@s3", 1.5, 1.6, "count:1")
     c.call("latch_wait", "C0@s3", 2.0, 2.1, "open", bound=1.5)
     assert kinds(judge(c)) == ["latch"]
+
+
+def test_a_count_down_left_to_the_background_may_open_the_latch_later() -> None:
+    """A count-down whose caller was cancelled (or told its outcome is unknown) is finished
+    by its client in the background: it may land until that work is done, not only while
+    the call ran; once the client was seen idle, it can no longer open the latch."""
+
+    def campaign(out: str, background: list[tuple[float, bool]] | None) -> Worker:
+        w = Worker(1)
+        if background is not None:
+            w.events += [{"e": "bg", "s": "s3", "busy": b, "t": t} for t, b in background]
+        w.call("latch_down", "C0@s3", 0.5, 0.6, out)
+        w.call("latch_set", "C0@s3", 1.0, 1.1, "set")
+        w.call("latch_wait", "C0@s3", 2.0, 2.1, "open", bound=1.5)
+        return w
+
+    for out in ("cancelled", "err:OutcomeUnknownError"):
+        # still in the background when the wait returned: it may have opened it
+        assert judge(campaign(out, [(0.0, False), (0.55, True), (2.5, False)])).violations == []
+        # nothing recorded of the background: it may have landed at any time
+        assert judge(campaign(out, None)).violations == []
+        # done in the background before the close: it cannot have opened it
+        report = judge(campaign(out, [(0.0, False), (0.55, True), (0.9, False), (3.0, True)]))
+        assert kinds(report) == ["latch"]
+        # finished before the call returned (the client idle then)
+        assert kinds(judge(campaign(out, [(0.0, False), (0.52, True), (0.58, False)]))) == ["latch"]
+    # a count-down that said what it did ran before it returned (here: before the close),
+    # whatever the client did in the background afterwards
+    for out in ("count:0", "count:1"):
+        report = judge(campaign(out, [(0.0, False), (0.55, True), (2.5, False)]))
+        assert kinds(report) == ["latch"]
 
 
 def test_a_plain_semaphore_keeps_its_permits() -> None:

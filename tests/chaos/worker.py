@@ -502,19 +502,25 @@ class Actor:
             target.on_lost(handle, lost)
         except Exception as exc:
             rec.write({"e": "onlost", "h": held.hid, "t": now(), "err": outcome(exc)})
-        self.sample(held)
+        # stamped with the grant's time: the event loop has not run since the grant was
+        # learnt, so the client's deadlines are still those it had then (a SIGSTOP landing
+        # in between must not make the hold look valid until the process runs again)
+        self.sample(held, at=t)
         return held
 
-    def sample(self, held: Held) -> None:
+    def sample(self, held: Held, at: float | None = None) -> None:
+        """Record the hold's lease deadlines now (``at``: the time they stand for) if they
+        changed."""
+        seen = now() if at is None else at
         if not held.target.leases:
             if not held.last:
                 held.last = [None]
-                self.ctx.rec.write({"e": "lease", "h": held.hid, "t": now(), "d": [None]})
+                self.ctx.rec.write({"e": "lease", "h": held.hid, "t": seen, "d": [None]})
             return
         deadlines = held.target.deadlines(held.handle)
         if deadlines != held.last:
             held.last = deadlines
-            self.ctx.rec.write({"e": "lease", "h": held.hid, "t": now(), "d": deadlines})
+            self.ctx.rec.write({"e": "lease", "h": held.hid, "t": seen, "d": deadlines})
 
     async def work(self, held: Held) -> None:
         rng = self.rng
@@ -641,6 +647,29 @@ class LatchActor(Actor):
 # -- the process ----------------------------------------------------------------------------
 
 
+class BackgroundWatch(set[asyncio.Task[Any]]):
+    """A client's set of background tasks (``AioLock._background``) that records when it
+    becomes busy and when it is empty again: a latch write whose caller left (cancelled,
+    or told its outcome is unknown) is finished by such a task, so it lands before the
+    client is next seen idle (see ``check_latch``)."""
+
+    def __init__(self, rec: Recorder, server: str) -> None:
+        super().__init__()
+        self.rec, self.server = rec, server
+        rec.write({"e": "bg", "s": server, "busy": False, "t": now()})
+
+    def add(self, task: asyncio.Task[Any]) -> None:
+        if not self:
+            self.rec.write({"e": "bg", "s": self.server, "busy": True, "t": now()})
+        super().add(task)
+
+    def discard(self, task: object) -> None:
+        had = bool(self)
+        super().discard(task)
+        if had and not self:
+            self.rec.write({"e": "bg", "s": self.server, "busy": False, "t": now()})
+
+
 async def lag_monitor(rec: Recorder, threshold: float = 0.002, tick: float = 0.01) -> None:
     """Record the intervals the event loop ran late (or the process was stopped)."""
     while True:
@@ -731,6 +760,8 @@ async def main(settings: dict[str, Any]) -> None:
         server: aiolock.from_url(url, metrics=False, **plan.CLIENT)  # type: ignore[arg-type]
         for server, url in settings["urls"].items()
     }
+    # the latch's client: when its writes left to the background are done (see BackgroundWatch)
+    clients["s3"]._background = BackgroundWatch(rec, "s3")
     ctx = Process(rec, clients, config, offset=now() - loop.time())
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
