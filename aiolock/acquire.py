@@ -106,7 +106,9 @@ def acquire(
     (``rt.leases.get(rule.name, owner)``). With metrics, the acquisition is recorded."""
     run = _acquire(rt, rule, owner, wait=wait, lease_ms=lease_ms, renew=renew)
     metrics = rt.metrics
-    return run if metrics is None else metrics.acquisition(rule.kind, rule.name, run)
+    if metrics is None or not metrics.recording():
+        return run
+    return metrics.acquisition(rule.kind, rule.name, run)
 
 
 async def _acquire(

@@ -272,7 +272,7 @@ class Leases:
             now = asyncio.get_running_loop().time()
             if local_deadline(sent_at, lease_ms) <= now:
                 return False
-            if self.metrics is not None:
+            if self.metrics is not None and self.metrics.recording():
                 hold.since = now
         hold.count += 1
         hold.state = HoldState.HELD

@@ -23,7 +23,9 @@ Each event is recorded in one place, by the layer where it happens, into the cli
 acquisitions, timeouts), the lease registry (hold durations, lost holds), the watchdog
 (renewals). Pub/sub reconnects are counted by the transport as a plain statistic. Every
 layer checks ``metrics is None`` first: without OpenTelemetry (or with ``metrics=False``)
-that check is all it costs.
+that check is all it costs. With OpenTelemetry's API but no SDK (the global meter provider
+not set), :meth:`Metrics.recording` says so and the layers time nothing: no wrapper around
+an acquisition, no measurement; events start being recorded once a provider is set.
 
 The counters are observable counters: events are counted in plain integers (per attribute
 set) and read when the metrics are collected. A measurement through OpenTelemetry's SDK
@@ -116,6 +118,9 @@ class Metrics:
         self._failures = 0
         #: the counters' counts: counter -> (lock type, lock name or None) -> count
         self._counts: dict[str, dict[tuple[str, str | None], int]] = {c: {} for c in COUNTERS}
+        #: OpenTelemetry's proxy meter while no meter provider is set (see :meth:`recording`)
+        self._proxy: Any = None
+        self._recording = False
         try:
             self._make_instruments(meter_provider, __version__)
         except Exception:
@@ -126,6 +131,8 @@ class Metrics:
     def _make_instruments(self, meter_provider: MeterProvider | None, version: str) -> None:
         assert otel is not None
         meter = otel.get_meter("aiolock", version, meter_provider=meter_provider)
+        if meter_provider is None and getattr(meter, "_real_meter", False) is None:
+            self._proxy = meter  # the global provider is not set yet: recording goes nowhere
         self._wait = meter.create_histogram(
             "aiolock.acquire.wait",
             unit="s",
@@ -154,6 +161,21 @@ class Metrics:
         return f"<aiolock.Metrics{names}>"
 
     # -- what the layers record ---------------------------------------------------------
+
+    def recording(self) -> bool:
+        """False while a measurement would go nowhere: on the global meter provider, until
+        the application sets one (OpenTelemetry's API with no SDK configured). The layers
+        check it before timing an event, so metrics cost nothing more until then; events
+        from before are not counted (their histograms could not be recorded either).
+
+        :meta private:
+        """
+        if self._recording:
+            return True
+        proxy = self._proxy
+        if proxy is None or getattr(proxy, "_real_meter", True) is not None:
+            self._recording = True
+        return self._recording
 
     def attributes(self, kind: str, name: str, outcome: str | None = None) -> Mapping[str, str]:
         """The attributes of an event about the object ``name`` of type ``kind``.

@@ -87,7 +87,10 @@ class SpinLock(Lock):
         self, rt: Runtime, who: Owner, wait: float | None, lease_ms: int, renew: bool
     ) -> Coroutine[Any, Any, Attempt | None]:
         run = self._spin(who, wait, lease_ms, renew)
-        return run if rt.metrics is None else rt.metrics.acquisition(SpinRule.kind, self.name, run)
+        metrics = rt.metrics
+        if metrics is None or not metrics.recording():
+            return run
+        return metrics.acquisition(SpinRule.kind, self.name, run)
 
     async def _spin(
         self, owner: Owner, wait: float | None, lease_ms: int, renew: bool
