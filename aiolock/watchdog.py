@@ -81,8 +81,9 @@ class Watchdog:
         self._closed = False
         self._queue: list[tuple[float, int, Hold]] = []
         #: holds added since the last tick and when their lease was set: most are released
-        #: long before their first renewal, and never enter the queue
-        self._fresh: list[tuple[Hold, float]] = []
+        #: long before their first renewal, and never enter the queue (a released one leaves
+        #: at once: kept until the tick, it kept its Hold alive through young collections)
+        self._fresh: dict[Hold, float] = {}
         self._order = itertools.count()
         self._task: asyncio.Task[None] | None = None
         #: renewal script calls made (each renews up to BATCH holds)
@@ -101,7 +102,7 @@ class Watchdog:
                 RENEWALS[self._client_id] = self._map
         self._map[(hold.name, hold.owner.id)] = hold
         hold.due = sent_at + self.period
-        self._fresh.append((hold, sent_at))
+        self._fresh[hold] = sent_at
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -109,6 +110,7 @@ class Watchdog:
         key = (hold.name, hold.owner.id)
         if self._map.get(key) is hold:
             del self._map[key]
+        self._fresh.pop(hold, None)
         hold.due = math.inf
 
     def _leave(self) -> None:
@@ -144,8 +146,8 @@ class Watchdog:
 
     def _promote(self) -> None:
         """Queue the fresh holds still held (each is due a period after it was taken)."""
-        fresh, self._fresh = self._fresh, []
-        for hold, sent_at in fresh:
+        fresh, self._fresh = self._fresh, {}
+        for hold, sent_at in fresh.items():
             if self._serves(hold) and hold.due == sent_at + self.period:
                 self._schedule(hold, hold.due)
 
