@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
@@ -35,7 +36,9 @@ class Runtime:
     __slots__ = (
         "__weakref__",
         "_closed",
+        "_forget_owner_id",
         "_loop",
+        "_owner_ids",
         "_rules",
         "config",
         "deployment",
@@ -74,6 +77,13 @@ class Runtime:
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rules: dict[tuple[Callable[[str], Any], str], Any] = {}
+        #: each live task's owner id, made on its first call (weakly keyed: an entry goes with
+        #: its task, with no done callback on it, and refers to no runtime)
+        owner_ids: dict[weakref.ref[asyncio.Task[Any]], str] = {}
+        self._owner_ids = owner_ids
+        self._forget_owner_id: Callable[[weakref.ref[asyncio.Task[Any]]], object] = lambda ref: (
+            owner_ids.pop(ref, None)
+        )
 
     # -- use ------------------------------------------------------------------------------
 
@@ -140,7 +150,11 @@ class Runtime:
             return owner
         if task is None:
             task = current_task()
-        return Owner(f"{self.id}:{current_task_id(task)}", task)
+        owner_id = self._owner_ids.get(weakref.ref(task))  # one dict lookup, all in C
+        if owner_id is None:
+            owner_id = f"{self.id}:{current_task_id(task)}"
+            self._owner_ids[weakref.ref(task, self._forget_owner_id)] = owner_id
+        return Owner(owner_id, task)
 
     def holds_of(self, name: str) -> list[Hold]:
         """This runtime's holds on the object ``name``."""
