@@ -59,6 +59,7 @@ from .errors import (
 )
 from .holds import HoldState, Owner
 from .operation import (
+    Finish,
     Op,
     ready,
 )
@@ -81,6 +82,7 @@ from .settle import (
 from .transport import (
     ErrorReply,
     NotSent,
+    OutcomeUnknown,
     SubscribeRefused,
     is_readonly,
 )
@@ -260,6 +262,15 @@ def _give_up(op: Op) -> None:
         rt.spawn(send(None))
 
 
+def _undoing(op: Op, before: int, lease_ms: int, renew: bool, sent_at: float, epoch: int) -> Finish:
+    """What finishes an attempt its caller left (see releases.undo_attempt)."""
+
+    async def finish(value: Any) -> None:
+        await undo_attempt(op, value, before, lease_ms, renew, sent_at, epoch)
+
+    return finish
+
+
 async def _try(
     op: Op, lease_ms: int, wait_ms: int | None, renew: bool, give_up_at: float | None
 ) -> Attempt:
@@ -283,13 +294,24 @@ async def _try(
     for _ in range(rt.config.retry_attempts + 1):
         call = rt.transport.send_now(packed, key=rule.key) or await op.send(packed, give_up_at)
         sent_at, epoch = call.sent_at, call.epoch
-
-        async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
-            await undo_attempt(op, value, before, lease_ms, renew, sent_at, epoch)
-
-        reply = await op.outcome(
-            call, give_up_at, finish, lambda: rule.settle_attempt(rt, owner, before)
-        )
+        # op.outcome() inlined (one frame less), its handlers made only when needed: on the
+        # link-bounded path nothing is allocated for cancellation or lost replies
+        if op.link_bounds(call, give_up_at):
+            try:
+                reply = await call.future  # the link's health check bounds it
+            except asyncio.CancelledError:
+                await op.cancelled(call, _undoing(op, before, lease_ms, renew, sent_at, epoch))
+                raise
+        else:
+            finish = _undoing(op, before, lease_ms, renew, sent_at, epoch)
+            reply = await op.reply(call, give_up_at, finish)
+        if isinstance(reply, OutcomeUnknown):
+            reply = await op.settle(
+                reply,
+                give_up_at,
+                lambda: rule.settle_attempt(rt, owner, before),
+                _undoing(op, before, lease_ms, renew, sent_at, epoch),
+            )
         if reply is NOT_RUN:
             continue
         acks: Any = None

@@ -186,7 +186,7 @@ class Op:
         caller waits for it at most cleanup_timeout, then its CancelledError goes on; past
         the deadline RedisTimeoutError is raised."""
         try:
-            if self.in_background or deadline is None or self._link_bounds(call, deadline):
+            if self.in_background or deadline is None or self.link_bounds(call, deadline):
                 return await call.future  # the link's health check bounds it
             async with asyncio.timeout_at(deadline - LOOK_AGAIN):
                 return await call.future
@@ -219,7 +219,7 @@ class Op:
     ) -> Any:
         """The reply of ``call`` or, if its link dropped, what ``settle`` says it did
         (NOT_RUN: it did not run and may be sent again); see :meth:`reply`, :meth:`settle`."""
-        if self._link_bounds(call, deadline):
+        if self.link_bounds(call, deadline):
             try:
                 reply = await call.future  # the link's health check bounds it
             except asyncio.CancelledError:
@@ -231,7 +231,7 @@ class Op:
             return await self.settle(reply, deadline, settle, finish)
         return reply
 
-    def _link_bounds(self, call: Call, deadline: float | None) -> bool:
+    def link_bounds(self, call: Call, deadline: float | None) -> bool:
         """Whether the link's health check settles ``call`` before ``deadline`` (else the
         caller arms a timer of its own)."""
         return (

@@ -207,9 +207,18 @@ async def _release_one(op: Op, deadline: float | None) -> None:
             else:
                 _released(op, outcome, sent_at, epoch)  # a loss is told to on_lost
 
-        reply = await op.outcome(
-            call, deadline, finish, lambda: rule.settle_release(rt, owner, before)
-        )
+        if op.link_bounds(call, deadline):  # op.outcome() inlined: one frame less
+            try:
+                reply = await call.future  # the link's health check bounds it
+            except asyncio.CancelledError:
+                await op.cancelled(call, finish)
+                raise
+        else:
+            reply = await op.reply(call, deadline, finish)
+        if isinstance(reply, OutcomeUnknown):
+            reply = await op.settle(
+                reply, deadline, lambda: rule.settle_release(rt, owner, before), finish
+            )
         if reply is NOT_RUN:
             continue
         if type(reply) is tuple:
