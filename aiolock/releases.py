@@ -24,6 +24,7 @@ from .errors import (
 )
 from .holds import Hold, HoldState, Owner
 from .operation import (
+    Finish,
     Op,
     wait_shielded,
 )
@@ -175,49 +176,31 @@ async def _release_one(op: Op, deadline: float | None) -> None:
     packed = with_acks(rt.config, rule.release(owner, hold.lease_ms, before))
     readonly: Any = None
 
-    def failed() -> None:
-        """The release cannot be confirmed: the hold is lost (no count of it can be trusted,
-        and a lost hold is never renewed) and its cleanup purges it in the background, which
-        is harmless whatever a late release does. This unlock used up its own count."""
-        rt.leases.lose(hold, "a release of it could not be confirmed", used=1)
-
     for _ in range(rt.config.retry_attempts + 1):
         call = rt.transport.send_now(packed, key=rule.key)
         if call is None:
             try:
                 call = await op.send(packed, deadline)
             except (RedisUnavailableError, asyncio.CancelledError):
-                failed()  # nothing was sent: the cleanup removes the hold
+                _failed(rt, hold)  # nothing was sent: the cleanup removes the hold
                 raise
         sent_at, epoch = call.sent_at, call.epoch
-
-        async def finish(value: Any, sent_at: float = sent_at, epoch: int = epoch) -> None:
-            value = first_reply(value)
-            if isinstance(value, OutcomeUnknown):
-                # Its link dropped after the caller left: the release may still run. It must
-                # not match the owner's next hold, which waits for this turn (see Leases.taint).
-                await fence_or_taint(rt, value, hold, owner)
-            outcome = (
-                None
-                if isinstance(value, OutcomeUnknown | ErrorReply)
-                else rule.parse_release(value)
-            )
-            if outcome is None:
-                failed()
-            else:
-                _released(op, outcome, sent_at, epoch)  # a loss is told to on_lost
-
-        if op.link_bounds(call, deadline):  # op.outcome() inlined: one frame less
+        # op.outcome() inlined (one frame less); what finishes a release its caller leaves is
+        # made only when it leaves (cancelled, out of time, or the reply lost with its link)
+        if op.link_bounds(call, deadline):
             try:
                 reply = await call.future  # the link's health check bounds it
             except asyncio.CancelledError:
-                await op.cancelled(call, finish)
+                await op.cancelled(call, _finishing(op, owner, sent_at, epoch))
                 raise
         else:
-            reply = await op.reply(call, deadline, finish)
+            reply = await op.reply(call, deadline, _finishing(op, owner, sent_at, epoch))
         if isinstance(reply, OutcomeUnknown):
             reply = await op.settle(
-                reply, deadline, lambda: rule.settle_release(rt, owner, before), finish
+                reply,
+                deadline,
+                lambda: rule.settle_release(rt, owner, before),
+                _finishing(op, owner, sent_at, epoch),
             )
         if reply is NOT_RUN:
             continue
@@ -248,7 +231,7 @@ async def _release_one(op: Op, deadline: float | None) -> None:
                     used=1,
                 )
         elif isinstance(reply, ErrorReply):
-            failed()
+            _failed(rt, hold)
             raise RedisOperationError(f"releasing {rule.name!r} failed: {reply}")
         else:
             outcome = rule.parse_release(reply)
@@ -262,10 +245,40 @@ async def _release_one(op: Op, deadline: float | None) -> None:
         if lost is not None:
             raise lost  # the server changed before the release was confirmed there
         return
-    failed()
+    _failed(rt, hold)
     if readonly is not None:
         raise RedisUnavailableError(f"releasing {rule.name!r}: no master answered ({readonly})")
     raise RedisUnavailableError(f"releasing {rule.name!r}: sent again and again, never ran")
+
+
+def _failed(rt: Runtime, hold: Hold) -> None:
+    """The release cannot be confirmed: the hold is lost (no count of it can be trusted, and
+    a lost hold is never renewed) and its cleanup purges it in the background, which is
+    harmless whatever a late release does. This unlock used up its own count."""
+    rt.leases.lose(hold, "a release of it could not be confirmed", used=1)
+
+
+def _finishing(op: Op, owner: str, sent_at: float, epoch: int) -> Finish:
+    """What finishes, in the background, a release (sent at ``sent_at`` on link ``epoch``)
+    whose caller left."""
+    rt, rule, hold = op.rt, op.rule, op.hold
+    assert hold is not None
+
+    async def finish(value: Any) -> None:
+        value = first_reply(value)
+        if isinstance(value, OutcomeUnknown):
+            # Its link dropped after the caller left: the release may still run. It must
+            # not match the owner's next hold, which waits for this turn (see Leases.taint).
+            await fence_or_taint(rt, value, hold, owner)
+        outcome = (
+            None if isinstance(value, OutcomeUnknown | ErrorReply) else rule.parse_release(value)
+        )
+        if outcome is None:
+            _failed(rt, hold)
+        else:
+            _released(op, outcome, sent_at, epoch)  # a loss is told to on_lost
+
+    return finish
 
 
 def _released(op: Op, last: bool, sent_at: float, epoch: int) -> LockLostError | None:
