@@ -10,7 +10,9 @@ Layout (Redisson's, so Java and Python services share one line of waiters):
 * ``redisson_lock__channel:{name}:<owner>``: one channel per waiter. A release publishes ``0``
   to the first waiter in line only, so exactly one waiter wakes, the right one;
 * ``aiolock_lock_alive:{name}`` (aiolock's own, beside Redisson's keys): a sorted set, owner
-  -> Unix milliseconds on the server's clock until which that waiter is presumed alive.
+  -> Unix milliseconds on the server's clock until which that waiter is presumed alive. It
+  lives at least one allowance past the last deadline in line (so the run-out heartbeats of
+  waiters that all stopped at once still tell them dead) and empties with the line.
 
 A waiter joins the tail of the line at its first attempt and the lock goes only to the first
 in line. Each waiter has a *wait allowance* (its ``wait_time``, at most the lock's

@@ -1,0 +1,127 @@
+"""The fair lock's line against waiters that stop or leave in numbers: dead waiters (their
+heartbeats ran out, and long enough for a key with a TTL to expire) keep a free lock one
+allowance at most, a closing client takes its waiters out of line, and many give-ups of one
+client leave the line in few script calls.
+
+Found by attacking the seams (issue 19, symptom 6 in other forms); the first two were xfail
+repros on the attack branch (tests/test_attack_seams.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio
+
+import aiolock
+from aiolock import scripts
+from aiolock.testing import TcpProxy
+
+QUEUE = "redisson_lock_queue:{{{}}}"
+TIMEOUTS = "redisson_lock_timeout:{{{}}}"
+ALIVE = "aiolock_lock_alive:{{{}}}"
+
+
+async def queue_length(redis_client: redis.asyncio.Redis, name: str) -> int:
+    return int(await redis_client.llen(QUEUE.format(name)))
+
+
+def fair_keys(name: str) -> tuple[str, ...]:
+    channel = f"redisson_lock__channel:{{{name}}}"
+    return (name, QUEUE.format(name), TIMEOUTS.format(name), channel, ALIVE.format(name))
+
+
+async def until_in_line(redis_client: redis.asyncio.Redis, name: str, count: int) -> None:
+    async with asyncio.timeout(10):
+        while await queue_length(redis_client, name) < count:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+async def test_aclose_takes_its_fair_waiters_out_of_line(
+    redis_url: str, redis_client: redis.asyncio.Redis
+) -> None:
+    async with aiolock.from_url(redis_url) as holder:
+        await holder.fair_lock("line-close").lock()
+        closing = aiolock.from_url(redis_url)
+        waiter = asyncio.create_task(closing.fair_lock("line-close").lock())
+        await until_in_line(redis_client, "line-close", 1)
+        await closing.aclose()
+        with pytest.raises(aiolock.AioLockError):  # ClientClosedError
+            await waiter
+        await holder.fair_lock("line-close").unlock()
+        assert await queue_length(redis_client, "line-close") == 0
+        assert not await redis_client.exists(
+            TIMEOUTS.format("line-close"), ALIVE.format("line-close")
+        )
+
+
+@pytest.mark.slow
+async def test_dead_fair_waiters_keep_a_free_lock_one_allowance_at_most(
+    redis_url: str, proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    allowance, dead = 0.5, 6
+    async with aiolock.from_url(redis_url) as holder, aiolock.from_url(redis_url) as live:
+        await holder.fair_lock("line-dead").lock()
+        cut_off = aiolock.from_url(proxy.url, command_timeout=0.5, cleanup_timeout=0.5)
+        waiters = [
+            asyncio.create_task(cut_off.fair_lock("line-dead", wait_allowance=allowance).lock())
+            for _ in range(dead)
+        ]
+        await until_in_line(redis_client, "line-dead", dead)
+        proxy.blackhole_requests()  # the waiters' process is gone for the server
+        proxy.blackhole_replies()
+        await asyncio.sleep(allowance * 2)  # their heartbeats (and the key holding them) ran out
+        await holder.fair_lock("line-dead").unlock()
+        started = time.monotonic()
+        got = await live.fair_lock("line-dead", wait_allowance=allowance).try_lock(
+            dead * allowance * 2
+        )
+        took = time.monotonic() - started
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        await cut_off.aclose()
+        assert got
+        await live.fair_lock("line-dead").unlock()
+        assert took <= allowance * 1.5, f"a free lock kept {took:.2f} s from a live waiter"
+
+
+async def test_the_heartbeats_outlive_every_deadline_in_line(
+    redis_client: redis.asyncio.Redis,
+) -> None:
+    """The heartbeats' key lives at least one allowance past the last deadline in line (a
+    Redisson waiter's included), and moves later with the deadlines when a renewal moves
+    them; it goes, with the line, when the last aiolock waiter leaves."""
+    name = "line-beats"
+    keys = fair_keys(name)
+    now = int(time.time() * 1000)
+    await redis_client.hset(name, "holder:1", 1)
+    await redis_client.pexpire(name, 30_000)
+    # a Redisson waiter first, with a deadline far out (Redisson's 5-minute default)
+    await redis_client.rpush(QUEUE.format(name), "redisson:1")
+    await redis_client.zadd(TIMEOUTS.format(name), {"redisson:1": now + 330_000})
+    for owner in ("me:1", "me:2"):
+        reply = await redis_client.eval(
+            scripts.FAIR_LOCK_ACQUIRE.source, 5, *keys, 30_000, owner, 1_000, now, "0", "PUBLISH"
+        )
+        assert reply == 250  # a quarter of its allowance: its next check
+    last = float(await redis_client.zscore(TIMEOUTS.format(name), "me:2") or 0)
+    assert last >= now + 330_000 + 2_000  # behind the Redisson waiter, one allowance each
+    kept = await redis_client.pttl(ALIVE.format(name))
+    assert last - now + 1_000 - 100 <= kept <= last - now + 1_000
+    # the holder renews its lease 20 s later: every deadline and the key's expiry move 20 s
+    await redis_client.pexpire(name, 10_000)
+    reply = await redis_client.eval(scripts.FAIR_LOCK_RENEW.source, 1, name, 30_000, "holder:1")
+    assert reply == [1]
+    assert float(await redis_client.zscore(TIMEOUTS.format(name), "me:2") or 0) >= last + 19_900
+    assert await redis_client.pttl(ALIVE.format(name)) >= kept + 19_800
+    # both aiolock waiters leave: the key goes with their heartbeats
+    for owner in ("me:1", "me:2"):
+        assert await redis_client.eval(
+            scripts.FAIR_LOCK_GIVE_UP.source, 5, *keys, "0", owner, 1_000, now, "PUBLISH"
+        )
+    assert not await redis_client.exists(ALIVE.format(name))
+    assert await redis_client.lrange(QUEUE.format(name), 0, -1) == [b"redisson:1"]
+    await redis_client.delete(*keys)
