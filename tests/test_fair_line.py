@@ -48,13 +48,43 @@ async def test_aclose_takes_its_fair_waiters_out_of_line(
         waiter = asyncio.create_task(closing.fair_lock("line-close").lock())
         await until_in_line(redis_client, "line-close", 1)
         await closing.aclose()
-        with pytest.raises(aiolock.AioLockError):  # ClientClosedError
+        with pytest.raises(aiolock.ClientClosedError):
             await waiter
         await holder.fair_lock("line-close").unlock()
         assert await queue_length(redis_client, "line-close") == 0
         assert not await redis_client.exists(
             TIMEOUTS.format("line-close"), ALIVE.format("line-close")
         )
+
+
+@pytest.mark.parametrize("state", ["parked", "subscribing"])
+async def test_aclose_takes_many_waiters_out_of_line_wherever_they_are(
+    redis_url: str, redis_client: redis.asyncio.Redis, proxy: TcpProxy, state: str
+) -> None:
+    """Waiters parked on their channels, or still waiting for their subscriptions to be
+    confirmed (every request of their client 0.2 s late), when their client closes: each
+    raises ClientClosedError and leaves the line before the connections close."""
+    name, count = f"line-close-{state}", 20
+    async with aiolock.from_url(redis_url) as holder:
+        await holder.fair_lock(name).lock()
+        closing = aiolock.from_url(proxy.url)
+        if state == "subscribing":
+            proxy.delay_requests(0.2)
+        waiters = [asyncio.create_task(closing.fair_lock(name).lock()) for _ in range(count)]
+        await until_in_line(redis_client, name, count)
+        if state == "parked":
+            async with asyncio.timeout(10):
+                while closing.statistics().tasks_waiting < count:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+        else:
+            assert closing.statistics().tasks_waiting == 0
+        await closing.aclose()
+        for waiter in waiters:
+            with pytest.raises(aiolock.ClientClosedError):
+                await waiter
+        assert await queue_length(redis_client, name) == 0
+        assert not await redis_client.exists(TIMEOUTS.format(name), ALIVE.format(name))
+        await holder.fair_lock(name).unlock()
 
 
 @pytest.mark.slow
