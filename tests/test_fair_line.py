@@ -155,3 +155,84 @@ async def test_the_heartbeats_outlive_every_deadline_in_line(
     assert not await redis_client.exists(ALIVE.format(name))
     assert await redis_client.lrange(QUEUE.format(name), 0, -1) == [b"redisson:1"]
     await redis_client.delete(*keys)
+
+
+async def script_calls(redis_client: redis.asyncio.Redis) -> int:
+    stats = await redis_client.info("commandstats")
+    return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval"))
+
+
+async def test_many_cancelled_waiters_leave_the_line_in_few_calls(
+    redis_url: str, redis_client: redis.asyncio.Redis
+) -> None:
+    """300 waiters of one client cancelled at once leave the line in a few script calls
+    (one pass over the line each), not one call (and pass) per waiter; another client then
+    takes the freed lock at once."""
+    name, count = "line-mass", 300
+    async with aiolock.from_url(redis_url) as holder, aiolock.from_url(redis_url) as waiting:
+        await holder.fair_lock(name).lock()
+        waiters = [asyncio.create_task(waiting.fair_lock(name).lock()) for _ in range(count)]
+        await until_in_line(redis_client, name, count)
+        async with asyncio.timeout(10):
+            while waiting.statistics().tasks_waiting < count:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        await redis_client.config_resetstat()
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        async with asyncio.timeout(10):
+            while waiting.statistics().background_tasks:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert await script_calls(redis_client) <= 3
+        assert not await redis_client.exists(
+            QUEUE.format(name), TIMEOUTS.format(name), ALIVE.format(name)
+        )
+        await holder.fair_lock(name).unlock()
+        assert await waiting.fair_lock(name).try_lock(0)
+        await waiting.fair_lock(name).unlock()
+
+
+async def test_a_batch_of_give_ups_moves_each_waiter_up_by_the_allowances_ahead_of_it(
+    redis_url: str, redis_client: redis.asyncio.Redis
+) -> None:
+    """One give-up call for several waiters does what their give-ups one by one would: each
+    waiter behind comes sooner by the allowances of those leaving ahead of it, the line keeps
+    its order, and the new first waiter is woken when the first one left a free lock."""
+    name = "line-batch"
+    keys = fair_keys(name)
+    now = int(time.time() * 1000)
+    line = [f"w:{i}" for i in range(12)]
+    await redis_client.rpush(QUEUE.format(name), *line)
+    await redis_client.zadd(
+        TIMEOUTS.format(name), {owner: now + 60_000 + i * 1_000 for i, owner in enumerate(line)}
+    )
+    leaving = {"w:0": 1_000, "w:3": 2_000, "w:4": 0, "w:6": 1_000, "w:7": 1_000, "w:9": 500}
+    flat = [value for owner, allowance in leaving.items() for value in (owner, allowance)]
+    async with redis_client.pubsub() as pubsub:
+        await pubsub.subscribe(f"redisson_lock__channel:{{{name}}}:w:1")
+        reply = await redis_client.eval(
+            scripts.FAIR_LOCK_GIVE_UP.source,
+            5,
+            *keys,
+            "0",
+            *flat[:2],
+            now,
+            "PUBLISH",
+            *flat[2:],
+            "nobody:1",
+            1_000,
+        )
+        assert reply == len(leaving)
+        message = None
+        async with asyncio.timeout(5):
+            while message is None:  # the subscription's confirmation comes first
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+        assert message["data"] == b"0"
+    kept = [owner for owner in line if owner not in leaving]
+    assert await redis_client.lrange(QUEUE.format(name), 0, -1) == [o.encode() for o in kept]
+    for owner in kept:
+        i = line.index(owner)
+        ahead = sum(a for o, a in leaving.items() if line.index(o) < i)
+        expected = now + 60_000 + i * 1_000 - ahead
+        assert await redis_client.zscore(TIMEOUTS.format(name), owner) == expected, owner
+    await redis_client.delete(*keys)
