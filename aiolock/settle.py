@@ -153,17 +153,25 @@ async def send_give_up(rt: Runtime, rule: Rule, give_up: GiveUp) -> None:
     give-up lost with its link, or refused for now (a server loading, a failover), would
     otherwise leave its waiter in line.
 
-    Give-ups with a part (a fair lock's) join the rule's next batch and return once it was
-    sent: one sender per rule sends a batch at a time, so the give-ups of many waiters of
-    this client cancelled at once (or while a batch is on its way) take a few calls, not one
-    each (each call costs the server a pass over the line)."""
+    Give-ups with a part (a fair lock's) are batched per rule: one that comes while none of
+    the rule's is on its way goes out at once, alone; those that come meanwhile join the
+    next batch, sent (one at a time, up to _BATCH each) by a sender of their own once it is
+    back. So the give-ups of many waiters of this client cancelled at once take a few calls,
+    not one each (each call costs the server a pass over the line)."""
     if give_up.part is None:
         await _send_give_up(rt, rule, give_up.command, give_up.retry_for)
         return
     batches: deque[_Batch] | None = rt.give_ups.get(rule)
     if batches is None:
         batches = rt.give_ups[rule] = deque()
-        rt.spawn(_send_batches(rt, rule, batches))
+        try:
+            await _send_give_up(rt, rule, give_up.command, give_up.retry_for)
+        finally:
+            if batches:
+                rt.spawn(_send_batches(rt, rule, batches))
+            elif rt.give_ups.get(rule) is batches:
+                del rt.give_ups[rule]
+        return
     if not batches or len(batches[-1].parts) >= _BATCH:
         batches.append(_Batch())
     batch = batches[-1]
@@ -173,9 +181,8 @@ async def send_give_up(rt: Runtime, rule: Rule, give_up: GiveUp) -> None:
 
 
 async def _send_batches(rt: Runtime, rule: Rule, batches: deque[_Batch]) -> None:
-    """The sender of ``rule``'s give-ups, one batch at a time, until none is left."""
+    """Send ``rule``'s batched give-ups, one batch at a time, until none is left."""
     try:
-        await asyncio.sleep(0)  # the give-ups that come at the same moment join the first
         while batches:
             batch = batches.popleft()  # closed: give-ups from now on join the next one
             try:
