@@ -195,6 +195,8 @@ async def _acquire(
                     until = loop.time() + rt.config.watchdog_timeout
                 if wait_until is not None and loop.time() >= wait_until:
                     return None
+                if rt.pubsub.closed:  # it closed while a try was in flight: nobody wakes it
+                    raise ClientClosedError(f"the client closed while waiting for {rule.name!r}")
                 woken, timer = entry.park(until, rule.weight)
                 try:
                     await woken
@@ -240,6 +242,10 @@ async def _subscribe(
         except SubscribeRefused as exc:
             raise SubscriptionError(f"waiting for {rule.name!r}: {exc}") from exc
         except NotSent as exc:
+            if rt.pubsub.closed:
+                raise ClientClosedError(
+                    f"the client closed while subscribing to wait for {rule.name!r}"
+                ) from exc
             if attempt == rt.config.retry_attempts or past(wait_until):
                 raise RedisUnavailableError(f"waiting for {rule.name!r}: {exc}") from exc
     raise AssertionError("unreachable")  # pragma: no cover
@@ -247,10 +253,12 @@ async def _subscribe(
 
 def _give_up(op: Op) -> None:
     """Tell the server an acquisition ended without a grant, in the background and in the
-    owner's turn (so that its next acquisition cannot be overtaken by it)."""
+    owner's turn (so that its next acquisition cannot be overtaken by it). Also when the
+    client is closing (a waiter woken by aclose): aclose waits for it, within its bound,
+    before the connections close, so a closed client's waiters leave the line."""
     rt, rule = op.rt, op.rule
     give_up = rule.give_up(op.field)
-    if give_up is None or rt.pubsub.closed:
+    if give_up is None or rt.transport.closed:
         return
 
     async def send(_: Any) -> None:

@@ -391,6 +391,9 @@ class AioLock:
         rt.leases.close()
         rt.pubsub.close()
         try:
+            # The waiters it woke run first: each that was in a line (a fair lock's) hands its
+            # give-up to a background task, waited for below, before the connections close.
+            await asyncio.sleep(0)
             # Cleanups, and commands still in flight (an acquire's reply: its caller gives
             # back what it took while the connection is still there).
             while (

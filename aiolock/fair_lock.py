@@ -10,7 +10,9 @@ Layout (Redisson's, so Java and Python services share one line of waiters):
 * ``redisson_lock__channel:{name}:<owner>``: one channel per waiter. A release publishes ``0``
   to the first waiter in line only, so exactly one waiter wakes, the right one;
 * ``aiolock_lock_alive:{name}`` (aiolock's own, beside Redisson's keys): a sorted set, owner
-  -> Unix milliseconds on the server's clock until which that waiter is presumed alive.
+  -> Unix milliseconds on the server's clock until which that waiter is presumed alive. It
+  lives at least one allowance past the last deadline in line (so the run-out heartbeats of
+  waiters that all stopped at once still tell them dead) and empties with the line.
 
 A waiter joins the tail of the line at its first attempt and the lock goes only to the first
 in line. Each waiter has a *wait allowance* (its ``wait_time``, at most the lock's
@@ -122,10 +124,18 @@ class FairRule(LockRule):
         # then come later than they could, never sooner. Sent again while it cannot be known
         # to have run, for as long as its heartbeat could keep it in line (its allowance
         # after its last check, which was before now).
+        part = (owner, allowance or 0)
         cmd = scripts.FAIR_LOCK_GIVE_UP.command(
-            self._keys(), (UNLOCK_MESSAGE, owner, allowance or 0, self._now(), PUBLISH)
+            self._keys(), (UNLOCK_MESSAGE, *part, self._now(), PUBLISH)
         )
-        return GiveUp(cmd, (allowance or self.allowance_ms) / 1000)
+        return GiveUp(cmd, (allowance or self.allowance_ms) / 1000, part)
+
+    def give_ups(self, parts: list[tuple[Any, ...]]) -> Command:
+        """Many waiters of this client leave the line in one call (one pass over it)."""
+        more = [value for part in parts[1:] for value in part]
+        return scripts.FAIR_LOCK_GIVE_UP.command(
+            self._keys(), (UNLOCK_MESSAGE, *parts[0], self._now(), PUBLISH, *more)
+        )
 
     def forget(self, owner: str) -> None:
         """The acquisition of ``owner`` ended (granted, or given up already)."""

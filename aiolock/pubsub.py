@@ -22,7 +22,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-from .transport import Transport
+from .transport import NotSent, Transport
 
 logger = logging.getLogger("aiolock.pubsub")
 
@@ -177,6 +177,8 @@ class PubSub:
         self._transport = transport
         self._entries: dict[bytes, Entry] = {}
         self._closed = False
+        #: the waits of borrowers for a subscription's confirmation (close ends them)
+        self._confirming: set[asyncio.Future[None]] = set()
 
     @property
     def entries(self) -> int:
@@ -200,7 +202,11 @@ class PubSub:
         """Borrow the entry of ``channel`` once its subscription is confirmed.
 
         Raises what the transport raises (NotSent, SubscribeRefused) or TimeoutError past
-        ``deadline``; the entry is given back then."""
+        ``deadline``; the entry is given back then. NotSent at once when the client is
+        closed, also while waiting for the confirmation (its waiter then leaves, and its
+        give-up goes out before the connections close)."""
+        if self._closed:
+            raise NotSent("the client is closed")
         entry = self._entries.get(channel)
         if entry is None:
             entry = self._entries[channel] = Entry(channel, key, wakes)
@@ -216,16 +222,35 @@ class PubSub:
             confirmed = entry.confirmed
             assert confirmed is not None
             if not confirmed.done():
-                if deadline is None:
-                    await asyncio.shield(confirmed)
-                else:
-                    async with asyncio.timeout_at(deadline):
-                        await asyncio.shield(confirmed)
+                await self._confirmation(confirmed, deadline)
+                if self._closed:
+                    raise NotSent("the client is closed")
             confirmed.result()  # raises if it failed
         except BaseException:
             self.release(entry)
             raise
         return entry
+
+    async def _confirmation(self, confirmed: asyncio.Future[None], deadline: float | None) -> None:
+        """Wait for ``confirmed`` (shared by the channel's borrowers: never cancelled here)
+        until ``deadline``, or until the client closes."""
+        waiting = asyncio.get_running_loop().create_future()
+
+        def done(_: asyncio.Future[None]) -> None:
+            if not waiting.done():
+                waiting.set_result(None)
+
+        confirmed.add_done_callback(done)
+        self._confirming.add(waiting)
+        try:
+            if deadline is None:
+                await waiting
+            else:
+                async with asyncio.timeout_at(deadline):
+                    await waiting
+        finally:
+            self._confirming.discard(waiting)
+            confirmed.remove_done_callback(done)
 
     def _listen(self, entry: Entry) -> None:
         confirmed = entry.confirmed = self._transport.subscribe(entry.channel, entry, key=entry.key)
@@ -245,7 +270,11 @@ class PubSub:
                 self._transport.unsubscribe(entry.channel, key=entry.key)
 
     def close(self) -> None:
-        """Wake every waiter (they re-check and find the client closed)."""
+        """Wake every waiter (they re-check and find the client closed), and every borrower
+        waiting for a subscription's confirmation (it gets NotSent)."""
         self._closed = True
         for entry in self._entries.values():
             entry.wake(ALL)
+        for waiting in self._confirming:
+            if not waiting.done():
+                waiting.set_result(None)

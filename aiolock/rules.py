@@ -51,6 +51,10 @@ class GiveUp:
 
     command: Command
     retry_for: float = 0.0
+    #: what it adds to a batch of its rule's give-ups sent as one command (Rule.give_ups):
+    #: give-ups of one client and object that come together go out in few calls; None:
+    #: sent alone
+    part: tuple[Any, ...] | None = None
 
 
 class Rule(ABC):
@@ -133,6 +137,11 @@ class Rule(ABC):
         on its hold (its next acquisition waits for it), again and again for at most
         ``retry_for`` seconds until it is known to have run."""
         return None
+
+    def give_ups(self, parts: list[tuple[Any, ...]]) -> Command:
+        """One command doing what the give-ups of these ``parts`` (GiveUp.part) do, in one
+        go; only asked of a rule whose give-ups have parts."""
+        raise NotImplementedError
 
     def undo(self, owner: str, grant: Attempt) -> Command | None:
         """For ``holds = False``: the command giving back a grant whose caller left."""

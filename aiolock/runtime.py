@@ -42,6 +42,7 @@ class Runtime:
         "_rules",
         "config",
         "deployment",
+        "give_ups",
         "id",
         "leases",
         "metrics",
@@ -74,6 +75,8 @@ class Runtime:
         self.id = id
         #: (where, database): which deployment the locks of this runtime live on
         self.deployment = deployment
+        #: give-ups waiting to go out together, per rule (see settle.send_give_up)
+        self.give_ups: dict[Any, Any] = {}
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rules: dict[tuple[Callable[[str], Any], str], Any] = {}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
+from typing import Any
 
 from .commands import (
     command,
@@ -131,17 +133,77 @@ async def purge(
 _BUSY_CODES = frozenset({"BUSY", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN"})
 
 
+#: give-ups sent in one command at most (a fair lock's: one script call, one pass over the line)
+_BATCH = 1000
+
+
+class _Batch:
+    """Give-ups of one rule going out in one command."""
+
+    __slots__ = ("parts", "retry_for", "sent")
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[Any, ...]] = []
+        self.retry_for = 0.0
+        self.sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+
 async def send_give_up(rt: Runtime, rule: Rule, give_up: GiveUp) -> None:
     """Send a give-up until it is known to have run (a reply), or for ``retry_for``: a
     give-up lost with its link, or refused for now (a server loading, a failover), would
-    otherwise leave its waiter in line."""
+    otherwise leave its waiter in line.
+
+    Give-ups with a part (a fair lock's) are batched per rule: one that comes while none of
+    the rule's is on its way goes out at once, alone; those that come meanwhile join the
+    next batch, sent (one at a time, up to _BATCH each) by a sender of their own once it is
+    back. So the give-ups of many waiters of this client cancelled at once take a few calls,
+    not one each (each call costs the server a pass over the line)."""
+    if give_up.part is None:
+        await _send_give_up(rt, rule, give_up.command, give_up.retry_for)
+        return
+    batches: deque[_Batch] | None = rt.give_ups.get(rule)
+    if batches is None:
+        batches = rt.give_ups[rule] = deque()
+        try:
+            await _send_give_up(rt, rule, give_up.command, give_up.retry_for)
+        finally:
+            if batches:
+                rt.spawn(_send_batches(rt, rule, batches))
+            elif rt.give_ups.get(rule) is batches:
+                del rt.give_ups[rule]
+        return
+    if not batches or len(batches[-1].parts) >= _BATCH:
+        batches.append(_Batch())
+    batch = batches[-1]
+    batch.parts.append(give_up.part)
+    batch.retry_for = max(batch.retry_for, give_up.retry_for)
+    await asyncio.shield(batch.sent)
+
+
+async def _send_batches(rt: Runtime, rule: Rule, batches: deque[_Batch]) -> None:
+    """Send ``rule``'s batched give-ups, one batch at a time, until none is left."""
+    try:
+        while batches:
+            batch = batches.popleft()  # closed: give-ups from now on join the next one
+            try:
+                await _send_give_up(rt, rule, rule.give_ups(batch.parts), batch.retry_for)
+            finally:
+                batch.sent.set_result(None)
+    finally:
+        if rt.give_ups.get(rule) is batches:
+            del rt.give_ups[rule]
+        for batch in batches:  # cancelled (the client closing at its bound)
+            batch.sent.set_result(None)
+
+
+async def _send_give_up(rt: Runtime, rule: Rule, cmd: Command, retry_for: float) -> None:
     loop = asyncio.get_running_loop()
-    until = loop.time() + give_up.retry_for
+    until = loop.time() + retry_for
     delay = rt.config.reconnect_delay
     while True:
         reply: object
         try:
-            reply = await command(rt, rule.key, give_up.command, None)
+            reply = await command(rt, rule.key, cmd, None)
         except NotSent as error:
             reply = error
         if isinstance(reply, ErrorReply) and reply.code not in _BUSY_CODES:

@@ -27,7 +27,10 @@
 -- server's clock; it checks again within a quarter of that. A waiter whose heartbeat ran out
 -- is presumed dead wherever it stands in line (fair_line.lua), so dead waiters ahead keep a
 -- free lock from a live one for one allowance at most, however many they are and whatever
--- the holder did (a Redisson holder's early release moves no deadline).
+-- the holder did (a Redisson holder's early release moves no deadline). The heartbeats' key
+-- outlives the last deadline in line by the checker's allowance (its TTL, set here and moved
+-- with the deadlines), so the heartbeats of waiters that all stopped at once stay to tell
+-- them dead: they never pass for Redisson waiters (fair_line.lua, "The heartbeats' key").
 -- Under OOM an owner already in line keeps its place (its first write is a ZREM, after which
 -- Redis lets a script grow memory); joining the line, like taking the lock, is refused.
 --@include server_ms
@@ -49,7 +52,7 @@ if pttl == -2 then
             redis.call('zrem', KEYS[3], owner)
             if mine ~= nil then
                 -- the ones behind now wait for this lease instead of for this waiter's turn
-                shift_deadlines(KEYS[3], now + lease - mine)
+                shift_deadlines(KEYS[3], KEYS[5], now + lease - mine)
             end
         else
             redis.call('zrem', KEYS[3], owner)
@@ -68,7 +71,7 @@ elseif redis.call('hexists', KEYS[1], owner) == 1 then
     if pttl < lease then
         redis.call('pexpire', KEYS[1], lease)
         if pttl >= 0 then
-            shift_deadlines(KEYS[3], lease - pttl)
+            shift_deadlines(KEYS[3], KEYS[5], lease - pttl)
         end
     end
     return nil
@@ -108,13 +111,11 @@ if mine == nil then
 else
     redis.call('zrem', KEYS[5], owner)
     if head == owner and mine < lease_end + allowance then
-        shift_deadlines(KEYS[3], lease_end + allowance - mine)
+        shift_deadlines(KEYS[3], KEYS[5], lease_end + allowance - mine)
     end
 end
 redis.call('zadd', KEYS[5], clock + allowance, owner)
-if redis.call('pttl', KEYS[5]) < allowance then
-    redis.call('pexpire', KEYS[5], allowance)
-end
+keep_beats(KEYS[3], KEYS[5], now, allowance)
 local beat = math.max(1, math.floor(allowance / 4))
 if retry > beat then
     retry = beat

@@ -16,7 +16,7 @@ if redis.call('del', KEYS[1]) == 0 then
     return 0
 end
 if pttl > 0 then
-    shift_deadlines(KEYS[3], -pttl)
+    shift_deadlines(KEYS[3], KEYS[5], -pttl)
 end
 if head ~= false then
     redis.call(ARGV[3], KEYS[4] .. ':' .. head, ARGV[1])

@@ -24,7 +24,7 @@ if redis.call('exists', KEYS[1]) == 1 then
 end
 local head = first_waiter(KEYS[2], KEYS[3], KEYS[5], tonumber(ARGV[3]), server_ms(), nil)
 if pttl > 0 then
-    shift_deadlines(KEYS[3], -pttl)
+    shift_deadlines(KEYS[3], KEYS[5], -pttl)
 end
 if head ~= false then
     redis.call(ARGV[4], KEYS[4] .. ':' .. head, ARGV[1])

@@ -40,7 +40,7 @@ if count > 1 then
     if pttl < lease then
         redis.call('pexpire', KEYS[1], lease)
         if pttl >= 0 then
-            shift_deadlines(KEYS[3], lease - pttl)
+            shift_deadlines(KEYS[3], KEYS[5], lease - pttl)
         end
     end
     return 0
@@ -51,7 +51,7 @@ if redis.call('hlen', KEYS[1]) > 1 then
 end
 redis.call('del', KEYS[1])
 if pttl > 0 then
-    shift_deadlines(KEYS[3], -pttl)
+    shift_deadlines(KEYS[3], KEYS[5], -pttl)
 end
 if head ~= false then
     redis.call(ARGV[6], KEYS[4] .. ':' .. head, ARGV[1])
