@@ -51,6 +51,8 @@ class Owner:
 
     #: whether the id names one hold and is never used for another (see SingleUseOwner)
     single_use: ClassVar[bool] = False
+    #: whether the clients other than its own take it (see CompositeOwner)
+    shared: ClassVar[bool] = False
 
     def __init__(self, owner_id: str, task: asyncio.Task[Any] | None = None) -> None:
         self.id = owner_id
@@ -64,6 +66,17 @@ class Owner:
     def __repr__(self) -> str:
         kind = "explicit" if self.explicit else "task"
         return f"<aiolock.Owner {self.id} ({kind})>"
+
+
+class CompositeOwner(Owner):
+    """The owner a multi-lock or red lock hands to its members, on every member's client:
+    one owner id on every member. Only the composites make it (from an owner of one of
+    their members' clients); every other owner is refused by the clients it does not
+    belong to, so two clients never hold one object under one owner id."""
+
+    __slots__ = ()
+
+    shared = True
 
 
 class SingleUseOwner(Owner):

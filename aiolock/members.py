@@ -20,7 +20,7 @@ from .errors import (
     LockNotOwnedError,
     RedisOperationError,
 )
-from .holds import LostCallback, Owner
+from .holds import CompositeOwner, LostCallback, Owner
 from .runtime import Runtime
 from .tasks import current_task, new_id
 
@@ -91,7 +91,7 @@ def task_owner(runtime: Runtime) -> Owner:
 def other_task_owners(who: Owner, task: asyncio.Task[Any]) -> list[Owner]:
     """The other owners of multi-locks and red locks of ``task``."""
     numbers = _TASK_OWNERS.get(task, {})
-    owners = [Owner(f"{client_id}:{n}", task) for client_id, n in numbers.items()]
+    owners = [CompositeOwner(f"{client_id}:{n}", task) for client_id, n in numbers.items()]
     return [owner for owner in owners if owner.id != who.id]
 
 
