@@ -25,6 +25,14 @@ LostCallback = Callable[[LockLostError], Any]
 Cleanup = Callable[["Hold"], Awaitable[None]]
 
 
+def check_callback(callback: object) -> LostCallback:
+    """``callback``, checked to be callable (TypeError otherwise: a bad callback would fail
+    only when a loss fires)."""
+    if not callable(callback):
+        raise TypeError(f"on_lost takes a callable, not {type(callback).__name__}")
+    return callback
+
+
 class HoldState(enum.Enum):
     ACQUIRING = "acquiring"
     HELD = "held"

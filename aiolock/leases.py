@@ -77,6 +77,7 @@ from .holds import (
     LostCallback,
     Owner,
     Renewal,
+    check_callback,
     local_deadline,
 )
 from .metrics import Metrics
@@ -545,6 +546,7 @@ class Leases:
 
     def on_lost(self, hold: Hold, callback: LostCallback) -> Callable[[], None]:
         """Call ``callback(error)`` once when ``hold`` is lost; returns a remover."""
+        check_callback(callback)
         self.current(hold)
         if hold.state is HoldState.LOST and hold.lost is not None:
             asyncio.get_running_loop().call_soon(_run_callback, callback, hold.lost)

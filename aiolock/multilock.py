@@ -92,7 +92,7 @@ from .errors import (
     LockUsageError,
 )
 from .guard import Guard
-from .holds import CompositeOwner, LostCallback, Owner
+from .holds import CompositeOwner, LostCallback, Owner, check_callback
 from .keys import check_lease, check_seconds
 from .members import (
     Member,
@@ -529,6 +529,7 @@ class MultiLock:
         (and not unlocked yet: its unlock would raise LockLostError) is told at once: the
         callback is scheduled the same way. Returns a remover.
         Raises LockNotOwnedError if the owner neither holds it nor has it lost to unlock."""
+        check_callback(callback)
         who = self._owner(owner)
         stats = self._stats(who)
         if self._held(stats):

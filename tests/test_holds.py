@@ -627,3 +627,29 @@ async def test_replies_out_of_step_are_never_handed_out(
         assert (got_x, got_y) == (False, True)
         assert not client.lock("step-x").statistics(owner=ox).held
         assert await client.lock("step-y").hold_count(owner=oy) == 1
+
+
+async def test_on_lost_refuses_what_is_not_callable(client: aiolock.AioLock) -> None:
+    """on_lost checks its callback first (TypeError, held or not), for every type with one
+    (attack finding A2): a bad callback would otherwise fail only when a loss fires."""
+    lock = client.lock("attack-on-lost")
+    sem = client.permit_expirable_semaphore("attack-on-lost-sem")
+    multi = aiolock.multi_lock(client.lock("attack-on-lost-m"))
+    for bad in (None, 1, "f"):
+        with pytest.raises(TypeError, match="callable"):
+            lock.on_lost(bad)  # type: ignore[arg-type]  # not held: still a TypeError first
+        with pytest.raises(TypeError, match="callable"):
+            multi.on_lost(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="callable"):
+            sem.on_lost("0" * 32, bad)  # type: ignore[arg-type]
+    assert await sem.try_set_permits(1)
+    async with lock, multi:
+        permit = await sem.acquire()
+        for bad in (None, 1, "f"):
+            with pytest.raises(TypeError, match="callable"):
+                lock.on_lost(bad)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="callable"):
+                multi.on_lost(bad)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="callable"):
+                sem.on_lost(permit, bad)  # type: ignore[arg-type]
+        await sem.release(permit)
