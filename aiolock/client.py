@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -509,6 +511,7 @@ def from_url(
     master's; the Sentinels' own credentials go in ``?sentinel_password=...``; see
     :mod:`aiolock.sentinel`); ``redis_options`` then go to ``Sentinel.master_for``.
     """
+    check_url(url)
     config = Config(**config_overrides)
     redis: Redis | RedisCluster
     sentinel: Sentinel | None = None
@@ -526,6 +529,28 @@ def from_url(
     client._owned_sentinel = sentinel
     client._owns_redis = True
     return client
+
+
+def check_url(url: object) -> None:
+    """Refuse (TypeError / ValueError, before any I/O) what ``from_url`` cannot take: a
+    URL that is not a string, a cluster URL without a host, a database path that is not a
+    number (redis-py would silently use database 0)."""
+    if not isinstance(url, str):
+        raise TypeError(f"from_url takes a URL string, not {type(url).__name__}")
+    scheme, sep, _ = url.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme.startswith("unix") or is_sentinel_url(url):
+        return  # redis-py's own check; a socket path; the Sentinel parser checks its own
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # a port that is not a number raises ValueError here
+    except ValueError as exc:
+        raise ValueError(f"not a Redis URL: {url!r} ({exc})") from None
+    if scheme.endswith("+cluster") and not parts.hostname:
+        raise ValueError(f"a cluster URL names a node to start from: {url!r}")
+    db = parts.path.strip("/")
+    if db and not re.fullmatch(r"-?[0-9]+", db):
+        raise ValueError(f"the database in a Redis URL is a number, not {db!r}: {url!r}")
 
 
 def red_lock(

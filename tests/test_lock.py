@@ -200,6 +200,34 @@ async def offline() -> Any:
         yield client
 
 
+@pytest.mark.parametrize(
+    ("url", "error", "says"),
+    [
+        (None, TypeError, "URL string"),
+        (1, TypeError, "URL string"),
+        (b"redis://127.0.0.1:1", TypeError, "URL string"),
+        ("redis+cluster://", ValueError, "names a node"),
+        ("rediss+cluster://:secret@/", ValueError, "names a node"),
+        ("redis://127.0.0.1:1/abc", ValueError, "'abc'"),
+        ("redis://127.0.0.1:1/1x", ValueError, "'1x'"),
+        ("redis://127.0.0.1:port/0", ValueError, "not a Redis URL"),
+    ],
+)
+async def test_from_url_refuses_bad_urls(url: Any, error: type[Exception], says: str) -> None:
+    """Attack findings A3, A4: a clear TypeError / ValueError (redis-py raised
+    AttributeError, its own cluster exception, or silently used database 0)."""
+    with pytest.raises(error, match=says):
+        aiolock.from_url(url)
+
+
+async def test_from_url_takes_a_database_number(redis_url: str) -> None:
+    base = redis_url.rsplit("/", 1)[0] if redis_url.count("/") > 2 else redis_url
+    async with aiolock.from_url(f"{base}/3") as client:
+        assert client.runtime().deployment[1] == 3
+        assert await client.lock("db3").try_lock()
+        await client.lock("db3").unlock()
+
+
 @pytest.mark.parametrize("name", ["", None, 1, b"bytes"])
 async def test_bad_names(offline: aiolock.AioLock, name: Any) -> None:
     with pytest.raises(ValueError if name == "" else TypeError):
