@@ -236,6 +236,8 @@ async def _subscribe(
         except SubscribeRefused as exc:
             raise SubscriptionError(f"waiting for {rule.name!r}: {exc}") from exc
         except NotSent as exc:
+            if rt.closed or rt.pubsub.closed:
+                raise ClientClosedError(f"waiting for {rule.name!r}: the client closed") from exc
             if attempt == rt.config.retry_attempts or past(wait_until):
                 raise RedisUnavailableError(f"waiting for {rule.name!r}: {exc}") from exc
     raise AssertionError("unreachable")  # pragma: no cover
