@@ -575,9 +575,14 @@ class Leases:
         self._watched.clear()
 
     def counts(self) -> dict[str, int]:
+        """Holds by state. Once the client is closed its lost holds are not counted: the
+        close lost them all, nothing is kept alive for them any more (they stay only so
+        that their owners' ``unlock()`` and ``on_lost`` still tell the loss)."""
         result = {state.value: 0 for state in HoldState}
         for hold in self.holds.values():
             result[hold.state.value] += 1
+        if self.closed:
+            result[HoldState.LOST.value] = 0
         return result
 
 

@@ -152,6 +152,26 @@ async def test_aclose_reports_holds_lost_cancels_guards_and_releases(
     assert not await redis_client.exists("closing")  # released, not left for a lease
 
 
+async def test_a_closed_clients_statistics_count_no_holds(redis_url: str) -> None:
+    """Attack finding A8: holds the close took from their owners (never unlocked) are not
+    counted as lost-and-pending by a closed client's statistics(): it keeps nothing alive.
+    Their owners are still told: the lock's own statistics say lost, unlock() raises."""
+    client = aiolock.from_url(redis_url)
+    lock, other = client.lock("closed-stats"), client.fenced_lock("closed-stats-2")
+    owner = client.new_owner()
+    await lock.lock()
+    await other.lock(owner=owner)
+    assert client.statistics().holds["held"] == 2
+    await client.aclose()
+    assert not any(client.statistics().holds.values()), client.statistics().holds
+    assert lock.statistics().lost
+    with pytest.raises(aiolock.LockLostError, match="client was closed"):
+        await lock.unlock()
+    with pytest.raises(aiolock.LockLostError, match="client was closed"):
+        await other.unlock(owner=owner)
+    assert not any(client.statistics().holds.values())
+
+
 # -- 4, 5. no re-entering a lost hold; a lost hold leaves the server --
 
 
