@@ -21,7 +21,7 @@ from . import decorator
 from .commands import cleanup_deadline
 from .config import Config
 from .contexts import async_only
-from .errors import LockTimeout, WrongEventLoopError
+from .errors import ClientClosedError, LockTimeout, WrongEventLoopError
 from .fair_lock import FairLock
 from .fenced_lock import FencedLock
 from .holds import Hold, Owner
@@ -142,6 +142,8 @@ class AioLock:
         self._owns_redis = False
         self._owned_sentinel: Sentinel | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        #: False once aclose() stopped waiting for background work: none is started then
+        self._spawning = True
         self.metrics = resolve(metrics)
         pubsub = PubSub(transport)
         leases = Leases(self.id, transport, self.config, self._spawn, self.metrics)
@@ -407,6 +409,7 @@ class AioLock:
             if self._background:
                 await asyncio.wait(self._background, timeout=max(0.0, deadline - loop.time()))
         finally:
+            self._spawning = False
             await rt.transport.aclose()
             if self.metrics is not None:
                 self.metrics.unwatch(rt.transport)
@@ -451,8 +454,16 @@ class AioLock:
         return self._runtime.holds_of(name)
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``coro`` in a background task that :meth:`aclose` waits for."""
-        task = asyncio.get_running_loop().create_task(coro)
+        """Run ``coro`` in a background task that :meth:`aclose` waits for. Once aclose()
+        has stopped waiting for them none is started: ``coro`` is closed unrun and the task
+        raises ClientClosedError at once (its work needed the client)."""
+        loop = asyncio.get_running_loop()
+        if not self._spawning:
+            coro.close()
+            refused = loop.create_task(_refused(self.id))
+            refused.add_done_callback(_retrieve)
+            return refused
+        task = loop.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
@@ -476,6 +487,15 @@ class AioLock:
             background_tasks=len(self._background),
             server_changes=transport.server_changes,
         )
+
+
+async def _refused(client_id: str) -> Any:
+    raise ClientClosedError(f"aiolock client {client_id} is closed: no background work starts")
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # seen: whoever needed the work is told by the task or not at all
 
 
 @asynccontextmanager

@@ -172,6 +172,30 @@ async def test_a_closed_clients_statistics_count_no_holds(redis_url: str) -> Non
     assert not any(client.statistics().holds.values())
 
 
+async def test_a_closed_client_starts_no_background_work(redis_url: str) -> None:
+    """Attack finding A11: once aclose() returned, no background task starts on the client
+    (its work needed the client): a composite's release on a member client already closed
+    tells the loss at once instead."""
+    ran = []
+
+    async def work() -> None:
+        ran.append(1)
+
+    async with aiolock.from_url(redis_url) as other:
+        closing = aiolock.from_url(redis_url)
+        multi = aiolock.multi_lock(closing.lock("closed-spawn-a"), other.lock("closed-spawn-b"))
+        await multi.lock()
+        await closing.aclose()
+        with pytest.raises(aiolock.ClientClosedError):
+            await closing.unchecked_runtime.spawn(work())
+        assert not ran
+        with pytest.raises(aiolock.LockLostError, match="client was closed"):
+            await multi.unlock()
+        assert closing.statistics().background_tasks == 0
+        assert not any(closing.statistics().holds.values())
+        assert not any(other.statistics().holds.values())
+
+
 # -- 4, 5. no re-entering a lost hold; a lost hold leaves the server --
 
 
