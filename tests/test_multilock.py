@@ -521,6 +521,6 @@ async def test_an_owner_of_no_member_client_is_refused(servers: Servers, connect
     with pytest.raises(ValueError, match="another aiolock client"):
         await stranger.lock("a").try_lock(owner=owner)  # its member on another client
     with pytest.raises(ValueError, match="another aiolock client"):
-        await clients[1].lock("b").try_lock(owner=multi.owner())  # the task's, of clients[0]
+        await stranger.lock("a").try_lock(owner=multi.owner())  # the task's, of a member's
     await multi.unlock(owner=owner)
     await nothing_held(srv, owner.id)
