@@ -242,7 +242,7 @@ async def _subscribe(
         except SubscribeRefused as exc:
             raise SubscriptionError(f"waiting for {rule.name!r}: {exc}") from exc
         except NotSent as exc:
-            if rt.pubsub.closed:
+            if rt.closed or rt.pubsub.closed:
                 raise ClientClosedError(
                     f"the client closed while subscribing to wait for {rule.name!r}"
                 ) from exc

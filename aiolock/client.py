@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -19,7 +21,7 @@ from . import decorator
 from .commands import cleanup_deadline
 from .config import Config
 from .contexts import async_only
-from .errors import LockTimeout, WrongEventLoopError
+from .errors import ClientClosedError, LockTimeout, WrongEventLoopError
 from .fair_lock import FairLock
 from .fenced_lock import FencedLock
 from .holds import Hold, Owner
@@ -140,6 +142,8 @@ class AioLock:
         self._owns_redis = False
         self._owned_sentinel: Sentinel | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        #: False once aclose() stopped waiting for background work: none is started then
+        self._spawning = True
         self.metrics = resolve(metrics)
         pubsub = PubSub(transport)
         leases = Leases(self.id, transport, self.config, self._spawn, self.metrics)
@@ -408,6 +412,7 @@ class AioLock:
             if self._background:
                 await asyncio.wait(self._background, timeout=max(0.0, deadline - loop.time()))
         finally:
+            self._spawning = False
             await rt.transport.aclose()
             if self.metrics is not None:
                 self.metrics.unwatch(rt.transport)
@@ -452,8 +457,16 @@ class AioLock:
         return self._runtime.holds_of(name)
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``coro`` in a background task that :meth:`aclose` waits for."""
-        task = asyncio.get_running_loop().create_task(coro)
+        """Run ``coro`` in a background task that :meth:`aclose` waits for. Once aclose()
+        has stopped waiting for them none is started: ``coro`` is closed unrun and the task
+        raises ClientClosedError at once (its work needed the client)."""
+        loop = asyncio.get_running_loop()
+        if not self._spawning:
+            coro.close()
+            refused = loop.create_task(_refused(self.id))
+            refused.add_done_callback(_retrieve)
+            return refused
+        task = loop.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
@@ -477,6 +490,15 @@ class AioLock:
             background_tasks=len(self._background),
             server_changes=transport.server_changes,
         )
+
+
+async def _refused(client_id: str) -> Any:
+    raise ClientClosedError(f"aiolock client {client_id} is closed: no background work starts")
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # seen: whoever needed the work is told by the task or not at all
 
 
 @asynccontextmanager
@@ -512,6 +534,7 @@ def from_url(
     master's; the Sentinels' own credentials go in ``?sentinel_password=...``; see
     :mod:`aiolock.sentinel`); ``redis_options`` then go to ``Sentinel.master_for``.
     """
+    check_url(url)
     config = Config(**config_overrides)
     redis: Redis | RedisCluster
     sentinel: Sentinel | None = None
@@ -529,6 +552,28 @@ def from_url(
     client._owned_sentinel = sentinel
     client._owns_redis = True
     return client
+
+
+def check_url(url: object) -> None:
+    """Refuse (TypeError / ValueError, before any I/O) what ``from_url`` cannot take: a
+    URL that is not a string, a cluster URL without a host, a database path that is not a
+    number (redis-py would silently use database 0)."""
+    if not isinstance(url, str):
+        raise TypeError(f"from_url takes a URL string, not {type(url).__name__}")
+    scheme, sep, _ = url.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme.startswith("unix") or is_sentinel_url(url):
+        return  # redis-py's own check; a socket path; the Sentinel parser checks its own
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # a port that is not a number raises ValueError here
+    except ValueError as exc:
+        raise ValueError(f"not a Redis URL: {url!r} ({exc})") from None
+    if scheme.endswith("+cluster") and not parts.hostname:
+        raise ValueError(f"a cluster URL names a node to start from: {url!r}")
+    db = parts.path.strip("/")
+    if db and not re.fullmatch(r"-?[0-9]+", db):
+        raise ValueError(f"the database in a Redis URL is a number, not {db!r}: {url!r}")
 
 
 def red_lock(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .decorator import Holding, LockMaker, Template, check_kind, check_times, make_lock
 from .errors import LockTimeout
+from .keys import check_seconds
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -52,7 +53,7 @@ def lock_dependency(
         raise ValueError(f"status_code must be an HTTP error status (4xx, 5xx), not {status_code}")
     headers = None
     if retry_after is not None:
-        check_times(retry_after, None)
+        check_seconds(retry_after, "retry_after")
         headers = {"Retry-After": str(math.ceil(retry_after))}
     if detail is None:
         detail = BUSY

@@ -25,6 +25,14 @@ LostCallback = Callable[[LockLostError], Any]
 Cleanup = Callable[["Hold"], Awaitable[None]]
 
 
+def check_callback(callback: object) -> LostCallback:
+    """``callback``, checked to be callable (TypeError otherwise: a bad callback would fail
+    only when a loss fires)."""
+    if not callable(callback):
+        raise TypeError(f"on_lost takes a callable, not {type(callback).__name__}")
+    return callback
+
+
 class HoldState(enum.Enum):
     ACQUIRING = "acquiring"
     HELD = "held"
@@ -51,6 +59,8 @@ class Owner:
 
     #: whether the id names one hold and is never used for another (see SingleUseOwner)
     single_use: ClassVar[bool] = False
+    #: whether the clients other than its own take it (see CompositeOwner)
+    shared: ClassVar[bool] = False
 
     def __init__(self, owner_id: str, task: asyncio.Task[Any] | None = None) -> None:
         self.id = owner_id
@@ -64,6 +74,17 @@ class Owner:
     def __repr__(self) -> str:
         kind = "explicit" if self.explicit else "task"
         return f"<aiolock.Owner {self.id} ({kind})>"
+
+
+class CompositeOwner(Owner):
+    """The owner a multi-lock or red lock hands to its members, on every member's client:
+    one owner id on every member. Only the composites make it (from an owner of one of
+    their members' clients); every other owner is refused by the clients it does not
+    belong to, so two clients never hold one object under one owner id."""
+
+    __slots__ = ()
+
+    shared = True
 
 
 class SingleUseOwner(Owner):

@@ -77,6 +77,7 @@ from .holds import (
     LostCallback,
     Owner,
     Renewal,
+    check_callback,
     local_deadline,
 )
 from .metrics import Metrics
@@ -545,6 +546,7 @@ class Leases:
 
     def on_lost(self, hold: Hold, callback: LostCallback) -> Callable[[], None]:
         """Call ``callback(error)`` once when ``hold`` is lost; returns a remover."""
+        check_callback(callback)
         self.current(hold)
         if hold.state is HoldState.LOST and hold.lost is not None:
             asyncio.get_running_loop().call_soon(_run_callback, callback, hold.lost)
@@ -573,9 +575,14 @@ class Leases:
         self._watched.clear()
 
     def counts(self) -> dict[str, int]:
+        """Holds by state. Once the client is closed its lost holds are not counted: the
+        close lost them all, nothing is kept alive for them any more (they stay only so
+        that their owners' ``unlock()`` and ``on_lost`` still tell the loss)."""
         result = {state.value: 0 for state in HoldState}
         for hold in self.holds.values():
             result[hold.state.value] += 1
+        if self.closed:
+            result[HoldState.LOST.value] = 0
         return result
 
 

@@ -16,7 +16,7 @@ from .config import check_max_hold
 from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
 from .guard import Guard
-from .holds import Hold, HoldState, LostCallback, Owner, Renewal
+from .holds import Hold, HoldState, LostCallback, Owner, Renewal, check_callback
 from .keys import (
     PUBLISH,
     UNLOCK_MESSAGE,
@@ -362,6 +362,7 @@ class Lock:
         Raises LockNotOwnedError if the owner neither holds the lock nor has a lost hold of
         it left to unlock.
         """
+        check_callback(callback)
         return self._runtime.use(closed_ok=True).leases.on_lost(
             self._held(owner, lost_ok=True), callback
         )

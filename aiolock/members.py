@@ -16,11 +16,12 @@ import anyio
 
 from .errors import (
     AioLockError,
+    ClientClosedError,
     LockLostError,
     LockNotOwnedError,
     RedisOperationError,
 )
-from .holds import LostCallback, Owner
+from .holds import CompositeOwner, LostCallback, Owner
 from .runtime import Runtime
 from .tasks import current_task, new_id
 
@@ -91,7 +92,7 @@ def task_owner(runtime: Runtime) -> Owner:
 def other_task_owners(who: Owner, task: asyncio.Task[Any]) -> list[Owner]:
     """The other owners of multi-locks and red locks of ``task``."""
     numbers = _TASK_OWNERS.get(task, {})
-    owners = [Owner(f"{client_id}:{n}", task) for client_id, n in numbers.items()]
+    owners = [CompositeOwner(f"{client_id}:{n}", task) for client_id, n in numbers.items()]
     return [owner for owner in owners if owner.id != who.id]
 
 
@@ -212,12 +213,18 @@ async def release_members(
     results: dict[Member, BaseException | None] = {}
     for member in members:
         try:
-            # a closed client still reports the holds its closing lost (LockLostError)
-            spawn = member.runtime.use(closed_ok=True).spawn
+            runtime = member.runtime.use(closed_ok=True)
         except AioLockError as exc:  # another event loop
             results[member] = exc
             continue
-        task = spawn(member.lock.unlock(owner=who))
+        if runtime.closed:
+            # its close lost every hold: the loss is told at once, no work is started there
+            lost = member.lock.release_lost(owner=who)
+            results[member] = lost or ClientClosedError(
+                f"releasing {member.lock.name!r}: aiolock client {runtime.id} is closed"
+            )
+            continue
+        task = runtime.spawn(member.lock.unlock(owner=who))
         task.add_done_callback(retrieve)
         tasks[task] = member
     loop = asyncio.get_running_loop()

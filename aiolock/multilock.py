@@ -19,8 +19,11 @@ share a client (always, on one client), and exclude other tasks and other client
 the owner of the task's direct holds: a member the task already holds itself, or through a
 multi-lock under another of its owners, cannot be taken by the same task (it would wait for
 itself), and that raises :class:`~aiolock.LockUsageError` at once. Pass
-``owner=client.new_owner()`` (any client's) to choose: one owner for direct holds and
-multi-locks alike, or holds that pass between tasks.
+``owner=client.new_owner()`` (of one of the members' clients: ValueError otherwise) to
+choose: one owner for direct holds and multi-locks alike, or holds that pass between tasks.
+(A client refuses another client's owner for its own locks, so a direct hold under an
+explicit owner is taken on the client that made it; only the composites hand one owner to
+every member's client.)
 
 **Acquisition** (all or nothing, in a stable order): members are sorted by (server address,
 database, name) and taken one after the other, each waiting at most what is left of
@@ -89,7 +92,7 @@ from .errors import (
     LockUsageError,
 )
 from .guard import Guard
-from .holds import LostCallback, Owner
+from .holds import CompositeOwner, LostCallback, Owner, check_callback
 from .keys import check_lease, check_seconds
 from .members import (
     Member,
@@ -195,11 +198,18 @@ class MultiLock:
         return task_owner(self._members[0].runtime)
 
     def _owner(self, owner: Owner | None) -> Owner:
+        """The owner handed to every member (on every member's client): ``owner``, which
+        must belong to one of the members' clients, or the current task's."""
         if owner is None:
-            return self.owner()
-        if not isinstance(owner, Owner):
+            owner = self.owner()
+        elif not isinstance(owner, Owner):
             raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
-        return owner
+        elif not any(m.runtime.owns(owner) for m in self._members):
+            raise ValueError(
+                f"owner {owner.id} belongs to none of the clients of {self._kind} "
+                f"{self.name!r}; make it with new_owner() of one of them"
+            )
+        return CompositeOwner(owner.id, owner.task)
 
     def _ready(self, owner: Owner | None) -> Owner:
         """The owner, after the checks made before any Redis call: every client open and on
@@ -519,6 +529,7 @@ class MultiLock:
         (and not unlocked yet: its unlock would raise LockLostError) is told at once: the
         callback is scheduled the same way. Returns a remover.
         Raises LockNotOwnedError if the owner neither holds it nor has it lost to unlock."""
+        check_callback(callback)
         who = self._owner(owner)
         stats = self._stats(who)
         if self._held(stats):

@@ -24,7 +24,15 @@ from .errors import (
     RedisOperationError,
 )
 from .guard import Guard
-from .holds import Hold, HoldState, LostCallback, Owner, Renewal, SingleUseOwner
+from .holds import (
+    Hold,
+    HoldState,
+    LostCallback,
+    Owner,
+    Renewal,
+    SingleUseOwner,
+    check_callback,
+)
 from .keys import (
     PUBLISH,
     check_lease,
@@ -395,6 +403,7 @@ class PermitExpirableSemaphore:
         A permit already lost (and not released yet) is told at once: the callback is
         scheduled as it would have been at the loss. Returns a function that removes the
         callback; LockNotOwnedError if neither held nor lost here."""
+        check_callback(callback)
         hold = self._hold(check_permit_id(permit_id), lost_ok=True)
         return self._runtime.use(closed_ok=True).leases.on_lost(hold, callback)
 

@@ -146,10 +146,18 @@ class Runtime:
         return Owner(f"{self.id}:{new_id()}")
 
     def resolve_owner(self, owner: Owner | None, task: asyncio.Task[Any] | None = None) -> Owner:
-        """``owner``, or the owner that is ``task`` (by default the current task)."""
+        """``owner``, or the owner that is ``task`` (by default the current task). Raises
+        TypeError for what is not an Owner and ValueError for an owner of another client
+        (two clients holding one object under one owner id would each believe they hold it
+        alone)."""
         if owner is not None:
             if not isinstance(owner, Owner):
                 raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
+            if not owner.shared and not self.owns(owner):
+                raise ValueError(
+                    f"owner {owner.id} belongs to another aiolock client, not to {self.id}; "
+                    "make owners with this client's new_owner()"
+                )
             return owner
         if task is None:
             task = current_task()
@@ -158,6 +166,11 @@ class Runtime:
             owner_id = f"{self.id}:{current_task_id(task)}"
             self._owner_ids[weakref.ref(task, self._forget_owner_id)] = owner_id
         return Owner(owner_id, task)
+
+    def owns(self, owner: Owner) -> bool:
+        """Whether ``owner`` was made by this runtime's client (its id starts with the
+        client's uuid)."""
+        return owner.id.startswith(f"{self.id}:")
 
     def holds_of(self, name: str) -> list[Hold]:
         """This runtime's holds on the object ``name``."""

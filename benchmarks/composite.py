@@ -105,7 +105,7 @@ async def _latencies(urls: list[str], rounds: int, prefix: str) -> dict[str, lis
             *(c.lock(f"bench:composite:{prefix}:multi:{i}") for i, c in enumerate(clients))
         )
         members = [c.lock(f"bench:composite:{prefix}:seq") for c in clients]
-        owner = first.new_owner()
+        owners = [c.new_owner() for c in clients]  # a client takes only its own owners
 
         async def lock() -> Callable[[], Awaitable[None]]:
             single = first.lock(f"bench:composite:{prefix}:lock")
@@ -113,11 +113,13 @@ async def _latencies(urls: list[str], rounds: int, prefix: str) -> dict[str, lis
             return single.unlock
 
         async def sequential() -> Callable[[], Awaitable[None]]:
-            for member in members:
+            for member, owner in zip(members, owners, strict=True):
                 assert await member.try_lock(owner=owner)
 
             async def release() -> None:
-                await asyncio.gather(*(m.unlock(owner=owner) for m in members))
+                await asyncio.gather(
+                    *(m.unlock(owner=o) for m, o in zip(members, owners, strict=True))
+                )
 
             return release
 

@@ -385,6 +385,14 @@ def test_bad_arguments_are_refused_when_the_dependency_is_made(
         locks.lock_dependency(name, **options)
 
 
+@pytest.mark.parametrize("retry_after", [-1, float("nan"), "1", True])
+def test_a_bad_retry_after_is_named(retry_after: Any) -> None:
+    """The error names retry_after, not wait_time (attack finding A5)."""
+    locks = aiolock.from_url("redis://127.0.0.1:1/0")  # never used: no connection is opened
+    with pytest.raises((TypeError, ValueError), match="retry_after"):
+        locks.lock_dependency("x", retry_after=retry_after)
+
+
 def test_without_fastapi_the_dependency_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -152,6 +152,50 @@ async def test_aclose_reports_holds_lost_cancels_guards_and_releases(
     assert not await redis_client.exists("closing")  # released, not left for a lease
 
 
+async def test_a_closed_clients_statistics_count_no_holds(redis_url: str) -> None:
+    """Attack finding A8: holds the close took from their owners (never unlocked) are not
+    counted as lost-and-pending by a closed client's statistics(): it keeps nothing alive.
+    Their owners are still told: the lock's own statistics say lost, unlock() raises."""
+    client = aiolock.from_url(redis_url)
+    lock, other = client.lock("closed-stats"), client.fenced_lock("closed-stats-2")
+    owner = client.new_owner()
+    await lock.lock()
+    await other.lock(owner=owner)
+    assert client.statistics().holds["held"] == 2
+    await client.aclose()
+    assert not any(client.statistics().holds.values()), client.statistics().holds
+    assert lock.statistics().lost
+    with pytest.raises(aiolock.LockLostError, match="client was closed"):
+        await lock.unlock()
+    with pytest.raises(aiolock.LockLostError, match="client was closed"):
+        await other.unlock(owner=owner)
+    assert not any(client.statistics().holds.values())
+
+
+async def test_a_closed_client_starts_no_background_work(redis_url: str) -> None:
+    """Attack finding A11: once aclose() returned, no background task starts on the client
+    (its work needed the client): a composite's release on a member client already closed
+    tells the loss at once instead."""
+    ran = []
+
+    async def work() -> None:
+        ran.append(1)
+
+    async with aiolock.from_url(redis_url) as other:
+        closing = aiolock.from_url(redis_url)
+        multi = aiolock.multi_lock(closing.lock("closed-spawn-a"), other.lock("closed-spawn-b"))
+        await multi.lock()
+        await closing.aclose()
+        with pytest.raises(aiolock.ClientClosedError):
+            await closing.unchecked_runtime.spawn(work())
+        assert not ran
+        with pytest.raises(aiolock.LockLostError, match="client was closed"):
+            await multi.unlock()
+        assert closing.statistics().background_tasks == 0
+        assert not any(closing.statistics().holds.values())
+        assert not any(other.statistics().holds.values())
+
+
 # -- 4, 5. no re-entering a lost hold; a lost hold leaves the server --
 
 
@@ -627,3 +671,29 @@ async def test_replies_out_of_step_are_never_handed_out(
         assert (got_x, got_y) == (False, True)
         assert not client.lock("step-x").statistics(owner=ox).held
         assert await client.lock("step-y").hold_count(owner=oy) == 1
+
+
+async def test_on_lost_refuses_what_is_not_callable(client: aiolock.AioLock) -> None:
+    """on_lost checks its callback first (TypeError, held or not), for every type with one
+    (attack finding A2): a bad callback would otherwise fail only when a loss fires."""
+    lock = client.lock("attack-on-lost")
+    sem = client.permit_expirable_semaphore("attack-on-lost-sem")
+    multi = aiolock.multi_lock(client.lock("attack-on-lost-m"))
+    for bad in (None, 1, "f"):
+        with pytest.raises(TypeError, match="callable"):
+            lock.on_lost(bad)  # type: ignore[arg-type]  # not held: still a TypeError first
+        with pytest.raises(TypeError, match="callable"):
+            multi.on_lost(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="callable"):
+            sem.on_lost("0" * 32, bad)  # type: ignore[arg-type]
+    assert await sem.try_set_permits(1)
+    async with lock, multi:
+        permit = await sem.acquire()
+        for bad in (None, 1, "f"):
+            with pytest.raises(TypeError, match="callable"):
+                lock.on_lost(bad)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="callable"):
+                multi.on_lost(bad)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="callable"):
+                sem.on_lost(permit, bad)  # type: ignore[arg-type]
+        await sem.release(permit)

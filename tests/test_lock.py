@@ -200,6 +200,34 @@ async def offline() -> Any:
         yield client
 
 
+@pytest.mark.parametrize(
+    ("url", "error", "says"),
+    [
+        (None, TypeError, "URL string"),
+        (1, TypeError, "URL string"),
+        (b"redis://127.0.0.1:1", TypeError, "URL string"),
+        ("redis+cluster://", ValueError, "names a node"),
+        ("rediss+cluster://:secret@/", ValueError, "names a node"),
+        ("redis://127.0.0.1:1/abc", ValueError, "'abc'"),
+        ("redis://127.0.0.1:1/1x", ValueError, "'1x'"),
+        ("redis://127.0.0.1:port/0", ValueError, "not a Redis URL"),
+    ],
+)
+async def test_from_url_refuses_bad_urls(url: Any, error: type[Exception], says: str) -> None:
+    """Attack findings A3, A4: a clear TypeError / ValueError (redis-py raised
+    AttributeError, its own cluster exception, or silently used database 0)."""
+    with pytest.raises(error, match=says):
+        aiolock.from_url(url)
+
+
+async def test_from_url_takes_a_database_number(redis_url: str) -> None:
+    base = redis_url.rsplit("/", 1)[0] if redis_url.count("/") > 2 else redis_url
+    async with aiolock.from_url(f"{base}/3") as client:
+        assert client.runtime().deployment[1] == 3
+        assert await client.lock("db3").try_lock()
+        await client.lock("db3").unlock()
+
+
 @pytest.mark.parametrize("name", ["", None, 1, b"bytes"])
 async def test_bad_names(offline: aiolock.AioLock, name: Any) -> None:
     with pytest.raises(ValueError if name == "" else TypeError):
@@ -377,3 +405,58 @@ async def test_a_redis_error_is_reported_as_an_aiolock_error(
         await lock.try_lock()
     assert lock.statistics().state is None
     assert not any(client.statistics().holds.values())
+
+
+async def test_an_owner_of_another_client_is_refused(redis_url: str) -> None:
+    """Two clients holding one lock under one owner id would each believe they hold it alone
+    (each renews it): a client refuses another client's owner (attack finding A1)."""
+    async with aiolock.from_url(redis_url) as a, aiolock.from_url(redis_url) as b:
+        owner = a.new_owner()
+        assert await a.lock("attack-owner").try_lock(0, owner=owner)
+        try:
+            with pytest.raises(ValueError, match=owner.id):
+                await b.lock("attack-owner").try_lock(0, owner=owner)
+            assert not any(b.statistics().holds.values())
+        finally:
+            await a.lock("attack-owner").unlock(owner=owner)
+
+
+async def test_another_clients_owner_is_refused_before_any_io(
+    redis_url: str, proxy: aiolock.testing.TcpProxy
+) -> None:
+    """Every lock type and every call taking owner= refuses another client's owner with a
+    ValueError before it opens a connection."""
+    async with aiolock.from_url(redis_url) as a:
+        owner = a.new_owner()
+        async with aiolock.from_url(proxy.url) as b:
+            rw = b.read_write_lock("rw-owner")
+            locks: list[Any] = [
+                b.lock("owner-1"),
+                b.fenced_lock("owner-2"),
+                b.fair_lock("owner-3"),
+                b.spin_lock("owner-4"),
+                rw.read_lock(),
+                rw.write_lock(),
+            ]
+            for lock in locks:
+                for call in (
+                    lock.try_lock(0, owner=owner),
+                    lock.lock(owner=owner),
+                    lock.unlock(owner=owner),
+                    lock.hold_count(owner=owner),
+                ):
+                    with pytest.raises(ValueError, match="another aiolock client"):
+                        await call
+                with pytest.raises(ValueError, match="another aiolock client"):
+                    lock.statistics(owner=owner)
+                with pytest.raises(ValueError, match="another aiolock client"):
+                    lock.on_lost(lambda error: None, owner=owner)
+            sem = b.permit_expirable_semaphore("owner-5")
+            with pytest.raises(ValueError, match="another aiolock client"):
+                await sem.try_acquire(owner=owner)
+            with pytest.raises(ValueError, match="another aiolock client"):
+                await sem.acquire(owner=owner)
+            with pytest.raises(ValueError, match="another aiolock client"):
+                async with sem.permit(owner=owner):
+                    pass
+            assert proxy.connections_accepted == 0

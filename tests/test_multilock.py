@@ -407,7 +407,7 @@ async def test_a_member_held_directly_by_the_task_is_refused(
     async with clients[1].lock("b"):
         with pytest.raises(aiolock.LockUsageError):
             await multi.try_lock(wait_time=5)
-    owner = clients[0].new_owner()
+    owner = clients[1].new_owner()  # the client of the direct hold's
     await clients[1].lock("b").lock(owner=owner)
     assert await multi.try_lock(owner=owner)
     assert await holders(srv[1], "b") == {owner.id: 2}
@@ -498,3 +498,29 @@ async def test_members_on_another_event_loop_are_refused(
     finally:
         on_the_other_loop(elsewhere.aclose())
         other_loop.close()
+
+
+async def test_an_owner_of_no_member_client_is_refused(servers: Servers, connect: Connect) -> None:
+    """A composite hands its owner to every member's client, so the owner must belong to one
+    of them: another client's is refused (ValueError, before any I/O), and so is a
+    member's owner used directly on another client (attack finding A1)."""
+    srv = servers(3)
+    clients = connect(srv)
+    (stranger,) = connect(srv[:1])
+    multi = three(clients)
+    foreign = stranger.new_owner()
+    with pytest.raises(ValueError, match=foreign.id):
+        await multi.try_lock(owner=foreign)
+    with pytest.raises(ValueError, match=foreign.id):
+        multi.statistics(owner=foreign)
+    with pytest.raises(ValueError, match=foreign.id):
+        await multi.unlock(owner=foreign)
+    await nothing_held(srv, foreign.id)
+    owner = clients[2].new_owner()
+    assert await multi.try_lock(owner=owner)
+    with pytest.raises(ValueError, match="another aiolock client"):
+        await stranger.lock("a").try_lock(owner=owner)  # its member on another client
+    with pytest.raises(ValueError, match="another aiolock client"):
+        await stranger.lock("a").try_lock(owner=multi.owner())  # the task's, of a member's
+    await multi.unlock(owner=owner)
+    await nothing_held(srv, owner.id)

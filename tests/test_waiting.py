@@ -222,6 +222,31 @@ async def test_aclose_wakes_waiters_with_an_error(redis_url: str) -> None:
         await waiting.aclose()
 
 
+async def test_a_waiter_closed_while_subscribing_raises_client_closed(
+    redis_url: str, proxy: TcpProxy
+) -> None:
+    """aclose() tells a waiter whose subscription is not confirmed yet ClientClosedError, as
+    every other waiter (attack finding A7: it was RedisUnavailableError)."""
+    holder = aiolock.from_url(redis_url)
+    waiting = aiolock.from_url(proxy.url)
+    try:
+        assert await holder.lock("closing-sub").try_lock(lease_time=30)
+        waiter = asyncio.create_task(waiting.lock("closing-sub").lock())
+        async with asyncio.timeout(5):
+            while proxy.connections_accepted < 2:  # noqa: ASYNC110  # the pub/sub link opens
+                await asyncio.sleep(0.001)
+        proxy.hold_requests()  # its subscription is never confirmed
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        await waiting.aclose()
+        with pytest.raises(aiolock.ClientClosedError):
+            await waiter
+    finally:
+        proxy.pass_through()
+        await holder.aclose()
+        await waiting.aclose()
+
+
 # -- the process default client ------------------------------------------------------------
 
 
