@@ -13,11 +13,14 @@ others: by the task's count of cancellation requests.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
-from .errors import LockLostError
+from .errors import AioLockError, LockLostError
 from .holds import LostCallback
+
+logger = logging.getLogger("aiolock")
 
 #: registers a loss callback on the hold; returns its remover
 OnLost = Callable[[LostCallback], Callable[[], None]]
@@ -100,3 +103,24 @@ class Guard:
             await self._release(exc)
         finally:
             self._remove()
+
+
+async def release_at_exit(
+    release: Awaitable[object], exc: BaseException | None, what: str, *, lost_ok: bool = False
+) -> None:
+    """The release at the end of an ``async with`` of every type: the body's own exception
+    ``exc`` wins; a failed release (of ``what``, e.g. ``'name'``) is attached to it as a note,
+    and logged, instead of replacing it. ``lost_ok``: a loss was told already (by a guard)."""
+    try:
+        await release
+    except LockLostError:
+        if lost_ok:
+            return
+        if exc is None:
+            raise
+        exc.add_note(f"aiolock: {what} was lost before the end of the block")
+    except AioLockError as error:
+        if exc is None:
+            raise
+        exc.add_note(f"aiolock: releasing {what} failed: {error}")
+        logger.warning("aiolock: releasing %s after an error in the block failed: %s", what, error)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from . import acquire, commands, extending, releases, scripts
 from .config import check_max_hold
 from .contexts import async_only
 from .errors import AioLockError, LockLostError, LockNotOwnedError, RedisOperationError
-from .guard import Guard
+from .guard import Guard, release_at_exit
 from .holds import Hold, HoldState, LostCallback, Owner, Renewal, check_callback
 from .keys import (
     PUBLISH,
@@ -30,8 +29,6 @@ from .pubsub import ALL
 from .rules import GRANTED, NOT_RUN, Attempt, Command, Rule
 from .runtime import Runtime, RuntimeSource, runtime_of
 from .transport import NotSent
-
-logger = logging.getLogger("aiolock")
 
 _UNLOCK = UNLOCK_MESSAGE.encode()
 _WAKE_ALL = WAKE_ALL_MESSAGE.encode()
@@ -493,23 +490,8 @@ class Lock:
 async def unlock_at_exit(
     lock: Lock, exc: BaseException | None, owner: Owner | None, *, lost_ok: bool = False
 ) -> None:
-    """The unlock at the end of an ``async with``: the body's own exception wins; an unlock
-    failure is attached to it as a note (and logged) instead of replacing it."""
-    try:
-        await lock.unlock(owner=owner)
-    except LockLostError:
-        if lost_ok:
-            return
-        if exc is None:
-            raise
-        exc.add_note(f"aiolock: the hold on {lock.name!r} was lost before the end of the block")
-    except AioLockError as error:
-        if exc is None:
-            raise
-        exc.add_note(f"aiolock: releasing {lock.name!r} failed: {error}")
-        logger.warning(
-            "aiolock: releasing %r after an error in the block failed: %s", lock.name, error
-        )
+    """The unlock at the end of an ``async with`` (see :func:`release_at_exit`)."""
+    await release_at_exit(lock.unlock(owner=owner), exc, repr(lock.name), lost_ok=lost_ok)
 
 
 def _in_task() -> bool:

@@ -74,7 +74,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import logging
 import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
@@ -91,7 +90,7 @@ from .errors import (
     LockNotOwnedError,
     LockUsageError,
 )
-from .guard import Guard
+from .guard import Guard, release_at_exit
 from .holds import CompositeOwner, LostCallback, Owner, check_callback
 from .keys import check_lease, check_seconds
 from .members import (
@@ -109,8 +108,6 @@ from .members import (
     wait_shielded,
 )
 from .tasks import current_task
-
-logger = logging.getLogger("aiolock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,25 +497,9 @@ class MultiLock:
     async def _unlock_at_exit(
         self, exc: BaseException | None, owner: Owner | None, *, lost_ok: bool = False
     ) -> None:
-        """The unlock at the end of an ``async with``: the body's own exception wins."""
-        try:
-            await self.unlock(owner=owner)
-        except LockLostError:
-            if lost_ok:
-                return
-            if exc is None:
-                raise
-            exc.add_note(f"aiolock: {self._kind} {self.name!r} was lost before the block ended")
-        except AioLockError as error:
-            if exc is None:
-                raise
-            exc.add_note(f"aiolock: releasing {self._kind} {self.name!r} failed: {error}")
-            logger.warning(
-                "aiolock: releasing %s %r after an error in the block failed: %s",
-                self._kind,
-                self.name,
-                error,
-            )
+        """The unlock at the end of an ``async with`` (see :func:`release_at_exit`)."""
+        what = f"{self._kind} {self.name!r}"
+        await release_at_exit(self.unlock(owner=owner), exc, what, lost_ok=lost_ok)
 
     # -- losing ---------------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import math
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -17,13 +16,12 @@ from . import acquire, commands, releases, scripts
 from .config import check_max_hold
 from .contexts import async_only
 from .errors import (
-    AioLockError,
     LockLostError,
     LockNotOwnedError,
     LockTimeout,
     RedisOperationError,
 )
-from .guard import Guard
+from .guard import Guard, release_at_exit
 from .holds import (
     Hold,
     HoldState,
@@ -52,9 +50,6 @@ from .semaphore import (
     semaphore_wakes,
 )
 from .transport import OutcomeUnknown
-
-logger = logging.getLogger("aiolock")
-
 
 # -- the permit-expirable semaphore ---------------------------------------------------------
 
@@ -375,25 +370,9 @@ class PermitExpirableSemaphore:
     async def _release_at_exit(
         self, permit: str, exc: BaseException | None, *, lost_ok: bool = False
     ) -> None:
-        """The release at the end of an ``async with``: the body's own exception wins."""
-        try:
-            await self.release(permit)
-        except LockLostError:
-            if lost_ok:
-                return
-            if exc is None:
-                raise
-            exc.add_note(f"aiolock: permit {permit} of {self.name!r} was lost before the end")
-        except AioLockError as error:
-            if exc is None:
-                raise
-            exc.add_note(f"aiolock: releasing permit {permit} of {self.name!r} failed: {error}")
-            logger.warning(
-                "aiolock: releasing permit %s of %r after an error in the block failed: %s",
-                permit,
-                self.name,
-                error,
-            )
+        """The release at the end of an ``async with`` (see :func:`release_at_exit`)."""
+        what = f"permit {permit} of {self.name!r}"
+        await release_at_exit(self.release(permit), exc, what, lost_ok=lost_ok)
 
     # -- losing ---------------------------------------------------------------------------
 
