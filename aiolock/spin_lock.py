@@ -79,6 +79,8 @@ class SpinLock(Lock):
         super().__init__(runtime, name, max_hold=max_hold)
         first = check_seconds(initial_delay, "initial_delay", positive=True)
         most = check_seconds(max_delay, "max_delay", positive=True)
+        if isinstance(multiplier, bool) or not isinstance(multiplier, int | float):
+            raise TypeError(f"spin lock: multiplier must be a number, not {multiplier!r}")
         if most < first or not 1 <= multiplier < float("inf"):
             raise ValueError("spin lock: need initial_delay <= max_delay and multiplier >= 1")
         self._delays = (first, most, float(multiplier))

@@ -195,3 +195,6 @@ async def test_bad_backoffs_are_refused(client: aiolock.AioLock) -> None:
         client.spin_lock(NAME, initial_delay=0.2, max_delay=0.1)
     with pytest.raises(ValueError):
         client.spin_lock(NAME, multiplier=0.5)
+    for bad in (True, "2", None, float("nan")):
+        with pytest.raises((TypeError, ValueError)):
+            client.spin_lock(NAME, multiplier=bad)  # type: ignore[arg-type]
