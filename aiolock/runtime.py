@@ -27,6 +27,8 @@ R = TypeVar("R")
 
 #: rules kept per runtime before the cache starts over (a rule is cheap to make again)
 _RULES_KEPT = 4096
+#: the ids of the aiolock clients made in this process (an owner id is ``<client id>:<n>``)
+_CLIENT_IDS: set[str] = set()
 
 
 class Runtime:
@@ -73,6 +75,8 @@ class Runtime:
         self.metrics = metrics
         #: the client's uuid: the first half of every owner id it writes
         self.id = id
+        if id:
+            _CLIENT_IDS.add(id)
         #: (where, database): which deployment the locks of this runtime live on
         self.deployment = deployment
         #: give-ups waiting to go out together, per rule (see settle.send_give_up)
@@ -153,7 +157,7 @@ class Runtime:
         if owner is not None:
             if not isinstance(owner, Owner):
                 raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
-            if not owner.shared and not self.owns(owner):
+            if not owner.shared and self.owned_elsewhere(owner):
                 raise ValueError(
                     f"owner {owner.id} belongs to another aiolock client, not to {self.id}; "
                     "make owners with this client's new_owner()"
@@ -166,6 +170,13 @@ class Runtime:
             owner_id = f"{self.id}:{current_task_id(task)}"
             self._owner_ids[weakref.ref(task, self._forget_owner_id)] = owner_id
         return Owner(owner_id, task)
+
+    def owned_elsewhere(self, owner: Owner) -> bool:
+        """Whether ``owner`` was made by another aiolock client of this process. An owner
+        made from an id of another library (``aiolock.Owner("<Redisson or node-redisson
+        owner id>")``, to re-enter or release its hold) is not: that sharing is deliberate."""
+        made_by = owner.id.partition(":")[0]
+        return made_by != self.id and made_by in _CLIENT_IDS
 
     def owns(self, owner: Owner) -> bool:
         """Whether ``owner`` was made by this runtime's client (its id starts with the

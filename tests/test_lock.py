@@ -460,3 +460,14 @@ async def test_another_clients_owner_is_refused_before_any_io(
                 async with sem.permit(owner=owner):
                     pass
             assert proxy.connections_accepted == 0
+
+
+async def test_an_owner_id_of_another_library_is_taken(redis_url: str) -> None:
+    """An owner made from another library's owner id (a Redisson or node-redisson peer's,
+    to re-enter or release its hold) is no other aiolock client's: it is taken."""
+    foreign = aiolock.Owner("0b9a6f3e-5f4c-4a57-9d0e-2c1d3e4f5a6b:3f2a0c4e-9b1d-4c55-8e2f")
+    async with aiolock.from_url(redis_url) as client:
+        lock = client.lock("foreign-owner")
+        assert await lock.try_lock(0, owner=foreign)
+        assert await lock.hold_count(owner=foreign) == 1
+        await lock.unlock(owner=foreign)
