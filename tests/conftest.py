@@ -9,6 +9,7 @@ every test that asks for ``redis_url``, and fixtures that kill, pause or restart
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -154,6 +155,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             or f"{path}::{name.partition('[')[0]}" in SLOW_TESTS
         ):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def frozen_heap() -> Iterator[None]:
+    """For tests that time calls against their bounds: what earlier tests of the session
+    left on the heap is collected and frozen out of the collector's scans first, so that a
+    full collection of it (seen landing in a measured window, 137 ms long, in a whole-suite
+    run) is not timed as the library's. The test's own garbage is collected as usual."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

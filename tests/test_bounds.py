@@ -30,6 +30,9 @@ from aiolock.testing import RedisServer, TcpProxy
 from aiolock.transport import LinkIdentity, OutcomeUnknown
 from tests.test_replica_acks import _keys, pair, servers  # noqa: F401 (fixtures)
 
+#: calls are timed against their bounds (see tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("frozen_heap")
+
 #: how many calls run at once (their give-ups all come at about the same moment)
 N = 20
 COMMAND_TIMEOUT = 1.0

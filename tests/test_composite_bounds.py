@@ -30,6 +30,9 @@ from tests.masters import (
 )
 from tests.test_bounds import _assert_within, _ended_within
 
+#: calls are timed against their bounds (see tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("frozen_heap")
+
 N = 20
 COMMAND_TIMEOUT = 1.0
 CLEANUP_TIMEOUT = 1.0
