@@ -209,6 +209,42 @@ async def test_a_subscription_refused_by_an_acl_is_a_clear_error(redis_url: str)
             assert elapsed_since(started) < 5  # at once, not after waiting out wait_time
 
 
+async def test_a_listener_hears_its_channel_is_back_after_every_loss(
+    proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    """Pub/sub is at most once, so a listener told its subscription was lost is told when it
+    is back, also when the connection opened in between dropped before confirming it: its
+    waiters re-check then for what was published while nobody listened (they used to wait
+    for the holder's lease instead)."""
+    heard: list[bytes | bool] = []
+
+    class Listener:
+        def on_message(self, data: bytes) -> None:
+            heard.append(data)
+
+        def on_reset(self, listening: bool) -> None:
+            heard.append(listening)
+
+    settings = ServerSettings.from_redis(redis.asyncio.Redis.from_url(proxy.url))
+    transport = StandaloneTransport(settings, aiolock.Config(command_timeout=COMMAND_TIMEOUT))
+    try:
+        await transport.subscribe(b"back", Listener(), key="back")
+        proxy.drop_replies(1, to="SUBSCRIBE")
+        await redis_client.client_kill_filter(_type="pubsub")
+        async with asyncio.timeout(5):
+            await proxy.wait_for_drops()  # the next connection's SUBSCRIBE goes unanswered
+            while heard[-1:] != [True]:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        # lost; lost again (its SUBSCRIBE unanswered within command_timeout); back
+        assert heard == [False, False, True]
+        await redis_client.publish("back", "after")
+        async with asyncio.timeout(5):
+            while heard[-1:] != [b"after"]:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        await transport.aclose()
+
+
 # -- 4. every call has a bound ---------------------------------------------------------------------
 
 

@@ -21,6 +21,8 @@ _READ_SIZE: Final = 65536
 _CLOSE_TIMEOUT: Final = 1.0
 _LATE_REPLIES_TIMEOUT: Final = 5.0
 _SUBSCRIBE_COMMANDS: Final = frozenset({b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE"})
+#: how a subscription's confirmation begins, after its array (or push) header
+_CONFIRMATIONS: Final = (b"$9\r\nsubscribe\r\n", b"$10\r\npsubscribe\r\n", b"$10\r\nssubscribe\r\n")
 
 RequestMatcher = str | Callable[[tuple[bytes, ...]], bool]
 """Which requests a fault is about: a command name (``"EVALSHA"``, any case), or a predicate
@@ -70,6 +72,12 @@ def _matcher(to: RequestMatcher | None) -> Callable[[tuple[bytes, ...]], bool] |
     return lambda request: bool(request) and request[0].upper() == name
 
 
+def _confirms_subscription(frame: bytes) -> bool:
+    """Whether a value the server sent is a subscription's confirmation."""
+    header, _, rest = frame.partition(b"\r\n")
+    return header[:1] in (b"*", b">") and rest.startswith(_CONFIRMATIONS)
+
+
 def _abort(writer: asyncio.StreamWriter) -> None:
     """Close a stream at once, with an RST (SO_LINGER 0) rather than a FIN."""
     sock = writer.get_extra_info("socket")
@@ -114,6 +122,8 @@ class _Link:
         self.late_requests = 0
         """Requests written upstream after the client side was reset."""
         self._sent: collections.deque[tuple[bytes, ...]] = collections.deque()
+        #: one entry per channel subscribed and not yet confirmed: the request subscribing it
+        self._subscribing: collections.deque[tuple[bytes, ...]] = collections.deque()
         self._pubsub = False
         self._upstream_ended = False
         self._reply_read = asyncio.Event()
@@ -202,6 +212,8 @@ class _Link:
             self.proxy._pulse()
             return _Frame(now, frame, request=parse_request(frame))
         request = None
+        if self._subscribing and _confirms_subscription(frame):
+            request = self._subscribing.popleft()
         if not is_push(frame):
             self.replies_read += 1
             self._reply_read.set()
@@ -228,6 +240,8 @@ class _Link:
                     if item.request[0].upper() in _SUBSCRIBE_COMMANDS:
                         self._pubsub = True  # replies no longer follow requests one to one
                         self._sent.clear()
+                        # but each channel's confirmation answers it
+                        self._subscribing.extend(item.request for _ in item.request[1:])
                     elif not self._pubsub:
                         self._sent.append(item.request)
                     self.requests_written += 1
@@ -455,8 +469,8 @@ class TcpProxy:
         Args:
             n: how many replies to drop (0 cancels).
             to: only drop replies to these requests: a command name (``"EVALSHA"``) or a
-                predicate on the request's arguments. Replies on pub/sub connections never
-                match it. Without it, the next ``n`` values the server sends on any
+                predicate on the request's arguments. On a pub/sub connection only a
+                subscription's confirmation matches it (as the reply to its SUBSCRIBE). Without it, the next ``n`` values the server sends on any
                 connection are dropped (pub/sub messages included).
 
         :attr:`pending_drops` counts down as replies are dropped; :meth:`wait_for_drops`

@@ -52,13 +52,15 @@ def _confirms(reply: object, channel: bytes) -> bool:
 class _Channel:
     """One channel: its listener and the confirmation of its latest SUBSCRIBE."""
 
-    __slots__ = ("confirmed", "listener", "sent_on")
+    __slots__ = ("confirmed", "listener", "reset", "sent_on")
 
-    def __init__(self, listener: Listener) -> None:
+    def __init__(self, listener: Listener, *, reset: bool = False) -> None:
         self.listener = listener
         self.confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         #: the link its latest SUBSCRIBE went out on
         self.sent_on: Link | None = None
+        #: its listener was told the subscription was lost, and not yet that it is back
+        self.reset = reset
 
 
 class Subscriber:
@@ -94,7 +96,8 @@ class Subscriber:
         :class:`NotSent` (no connection could be opened) or :class:`SubscribeRefused`."""
         if self._closed:
             raise NotSent("the client is closed")
-        entry = self._channels[channel] = _Channel(listener)
+        # a channel subscribed again (its last subscription failed) may have missed messages
+        entry = self._channels[channel] = _Channel(listener, reset=channel in self._channels)
         link = self._link
         if link is not None and not link.closed:
             self._send(link, channel, entry)
@@ -136,8 +139,12 @@ class Subscriber:
                 confirmed.exception()
                 return
             confirmed.set_result(None)
-            if resubscribe:
-                entry.listener.on_reset(True)  # messages may have been lost meanwhile
+            if entry.reset:
+                # messages may have been lost since the listener was told: whatever became of
+                # the subscriptions in between (one whose confirmation was lost with its link
+                # never told it anything)
+                entry.reset = False
+                entry.listener.on_reset(True)
 
         call.future.add_done_callback(settled)
 
@@ -176,6 +183,7 @@ class Subscriber:
             error or type(error).__name__,
         )
         for entry in list(self._channels.values()):
+            entry.reset = True
             entry.listener.on_reset(False)
         if self._channels and self._connecting is None:
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
