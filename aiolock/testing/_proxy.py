@@ -470,8 +470,9 @@ class TcpProxy:
             n: how many replies to drop (0 cancels).
             to: only drop replies to these requests: a command name (``"EVALSHA"``) or a
                 predicate on the request's arguments. On a pub/sub connection only a
-                subscription's confirmation matches it (as the reply to its SUBSCRIBE). Without it, the next ``n`` values the server sends on any
-                connection are dropped (pub/sub messages included).
+                subscription's confirmation matches it (as the reply to its SUBSCRIBE).
+                Without it, the next ``n`` values the server sends on any connection are
+                dropped (pub/sub messages included).
 
         :attr:`pending_drops` counts down as replies are dropped; :meth:`wait_for_drops`
         waits for it to reach 0.
