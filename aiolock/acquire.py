@@ -212,7 +212,13 @@ async def _acquire(
                     entry.pass_on(woken, rule.weight)  # a wake-up it will not use: the next's
                     return None
                 tried = True
-                result = await _try(op, lease_ms, wait_ms, renew, give_up_at)
+                try:
+                    result = await _try(op, lease_ms, wait_ms, renew, give_up_at)
+                except BaseException:
+                    # it leaves (an error, cancelled) with the wake-up unused, perhaps with
+                    # what was released still free: the next waiter re-checks instead
+                    entry.pass_on(woken, rule.weight)
+                    raise
                 if result.granted:
                     granted = True
                     return result

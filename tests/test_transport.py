@@ -22,6 +22,7 @@ from aiolock.transport import (
     StandaloneTransport,
     pack,
 )
+from aiolock.transport.subscriber import Subscriber
 from tests.sync_helpers import true
 
 COMMAND_TIMEOUT = 0.5
@@ -243,6 +244,63 @@ async def test_a_listener_hears_its_channel_is_back_after_every_loss(
                 await asyncio.sleep(0.01)
     finally:
         await transport.aclose()
+
+
+@pytest.mark.parametrize("moment", ["before it is adopted", "before its opener resumes"])
+async def test_a_pubsub_connection_that_dies_as_it_opens_is_opened_again(
+    moment: str, redis_client: redis.asyncio.Redis
+) -> None:
+    """A pub/sub connection reset just as it opens (the RST read right after the handshake's
+    last reply: before the subscriber adopted it, or before the task that opened it went on)
+    is opened again and its channels subscribed there. (The first used to leave the opener
+    waiting for ever, the second to leave the subscriber without a connection for good:
+    either way its waiters heard nothing more and re-checked only on their TTL timers.)"""
+    settings = ServerSettings.from_redis(redis_client)
+    config = aiolock.Config(command_timeout=COMMAND_TIMEOUT)
+    opened: list[Link] = []
+    heard: list[bytes | bool] = []
+
+    class Listener:
+        def on_message(self, data: bytes) -> None:
+            heard.append(data)
+
+        def on_reset(self, listening: bool) -> None:
+            heard.append(listening)
+
+    async def open_link(
+        sink: Callable[[bytes, bytes], None], on_closed: Callable[[Link, BaseException], None]
+    ) -> Link:
+        link = await Link.open(
+            settings,
+            command_timeout=config.command_timeout,
+            ping_interval=config.ping_interval,
+            sink=sink,
+            on_closed=on_closed,
+            standalone=True,
+        )
+        opened.append(link)
+        if len(opened) == 2:  # the one opened after the first is dropped: reset as it opens
+            reset = ConnectionResetError("reset as it opened")
+            if moment == "before it is adopted":
+                link.close(reset)
+            else:
+                asyncio.get_running_loop().call_soon(link.close, reset)
+        return link
+
+    subscriber = Subscriber(open_link, config, what="a test")
+    try:
+        await subscriber.subscribe(b"again", Listener())
+        opened[0].close(ConnectionResetError("dropped"))
+        async with asyncio.timeout(5):
+            while heard[-1:] != [True]:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert len(opened) == 3 and not opened[2].closed
+        await redis_client.publish("again", "heard")
+        async with asyncio.timeout(5):
+            while heard[-1:] != [b"heard"]:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        await subscriber.aclose()
 
 
 # -- 4. every call has a bound ---------------------------------------------------------------------

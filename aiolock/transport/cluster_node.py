@@ -77,6 +77,8 @@ class Node:
     def _adopt(self, link: Link) -> None:
         self.link = link
         self._on_opened(self, link)
+        if link.closed:  # closed as it opened, before its loss was ours to hear
+            self._closed(link, link.error or ConnectionError("closed as it opened"))
 
     def _closed(self, link: Link, error: BaseException) -> None:
         if link is self.link:

@@ -99,7 +99,13 @@ class Connector:
                 attempt.set_exception(NotSent("the client is closed"))
                 attempt.exception()
             else:
-                self._adopt(link)
+                try:
+                    self._adopt(link)
+                except BaseException as exc:  # never expected: its callers must not hang
+                    link.close(exc)
+                    attempt.set_exception(NotSent(f"adopting a new link failed: {exc!r}"))
+                    attempt.exception()
+                    raise
                 attempt.set_result(link)
         finally:
             self._attempt = self._task = None

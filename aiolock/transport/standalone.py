@@ -121,6 +121,8 @@ class StandaloneTransport(Transport):
         if self.resolver.moves and self._watch is None and not self._closed:
             self._watch = asyncio.get_running_loop().create_task(self._watch_master())
             self.resolver.listen(self._switched, self.config)
+        if link.closed:  # closed as it opened, before its loss was ours to hear
+            self._link_closed(link, link.error or ConnectionError("closed as it opened"))
 
     def _server_changed(self, why: str) -> None:
         """Tell the watchers (once per change, before anything is sent there)."""

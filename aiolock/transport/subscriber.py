@@ -151,6 +151,10 @@ class Subscriber:
     def _adopt(self, link: Link) -> None:
         """``link`` is the connection now: subscribe every channel on it."""
         self._link = link
+        if link.closed:
+            # it closed between its handshake and now, before its loss was ours to hear
+            self._lost(link, link.error or ConnectionError("closed as it opened"))
+            return
         if self._dropped:
             self._dropped = False
             self.reconnects += 1
@@ -196,7 +200,7 @@ class Subscriber:
         try:
             while self._channels and not self._closed:
                 try:
-                    await self._connector.connect(None)  # adopted: every channel subscribed
+                    link = await self._connector.connect(None)  # adopted: channels subscribed
                 except NotSent as exc:
                     logger.warning("aiolock: opening the pub/sub connection failed: %s", exc)
                     for entry in self._channels.values():
@@ -204,7 +208,12 @@ class Subscriber:
                             entry.confirmed.set_exception(NotSent(str(exc)))
                             entry.confirmed.exception()
                     continue
-                return
+                if not link.closed:
+                    return
+                # Lost as it opened (its loss, while this task still ran, started no other):
+                # open another, after a pause, so a server that drops every new connection
+                # is not hammered.
+                await asyncio.sleep(self._config.reconnect_delay)
         except Exception:  # never expected; a task of ours must not die silently
             logger.exception("aiolock: reconnecting the pub/sub connection failed")
         finally:
