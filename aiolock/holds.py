@@ -1,6 +1,29 @@
 """A hold and its owner: one owner's hold on one object (its state, counts, lease deadline,
 loss callbacks and turn), the records the lease registry (:mod:`aiolock.leases`) keeps and is
-the only writer of."""
+the only writer of.
+
+A hold's life is one table, :data:`TRANSITIONS` (h11's style): a :class:`HoldState` and a
+:class:`HoldEvent` give the next state, and :func:`move` is the only writer of
+``Hold.state`` after the record is made (ACQUIRING). Each event is fired by the
+:class:`~aiolock.leases.Leases` method of its name; a pair not in the table is a bug here and
+raises :class:`HoldStateError` before anything of the hold is changed::
+
+    state       | event: GRANTED   RELEASING   RELEASED   LOST
+    ------------+-----------------------------------------------
+    ACQUIRING   |        HELD      -           -          -
+    HELD        |        HELD      RELEASING   RELEASED   LOST
+    RELEASING   |        -         -           RELEASED   LOST
+    RELEASED    |        HELD      -           -          -
+    LOST        |        HELD      -           -          -
+
+GRANTED on HELD is a nested (reentrant) count; on RELEASED or LOST it starts the next
+generation on the same record (the owner's acquire queued for the hold's turn while the
+generation before was released or cleaned up in the background). RELEASED straight from
+HELD: the server said the last count went (the local count was off), or the owner
+force-unlocked it. The registry never fires an event where nothing moves: a loss of a hold
+that is not HELD or RELEASING, a release of one lost or already released, a force-unlock of a
+record never granted (ACQUIRING) are told or skipped without a transition.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +62,69 @@ class HoldState(enum.Enum):
     RELEASING = "releasing"
     RELEASED = "released"
     LOST = "lost"
+
+    # Members are singletons compared by identity: hashed by identity too, not by Enum's
+    # Python-level hash of the name (four times the cost of a TRANSITIONS lookup).
+    __hash__ = object.__hash__
+
+
+class HoldEvent(enum.Enum):
+    """What moves a hold (see :data:`TRANSITIONS`), fired by the Leases method of its name."""
+
+    #: a count was granted: the first of a generation, or a nested one
+    GRANTED = "granted"
+    #: the release of the last count starts: renewal stops, whatever the outcome
+    RELEASING = "releasing"
+    #: the hold is over on the server
+    RELEASED = "released"
+    #: the hold is lost (gone, unconfirmed, force-unlocked, its task ended, client closed)
+    LOST = "lost"
+
+    __hash__ = object.__hash__
+
+
+_S, _E = HoldState, HoldEvent
+
+#: (state, event) -> the next state; every other pair is illegal (see the module docstring)
+TRANSITIONS: dict[tuple[HoldState, HoldEvent], HoldState] = {
+    (_S.ACQUIRING, _E.GRANTED): _S.HELD,
+    (_S.HELD, _E.GRANTED): _S.HELD,
+    (_S.RELEASED, _E.GRANTED): _S.HELD,
+    (_S.LOST, _E.GRANTED): _S.HELD,
+    (_S.HELD, _E.RELEASING): _S.RELEASING,
+    (_S.HELD, _E.RELEASED): _S.RELEASED,
+    (_S.RELEASING, _E.RELEASED): _S.RELEASED,
+    (_S.HELD, _E.LOST): _S.LOST,
+    (_S.RELEASING, _E.LOST): _S.LOST,
+}
+
+#: the same table by event, then state: what move() reads (no key tuple built per move)
+_MOVES: dict[HoldEvent, dict[HoldState, HoldState]] = {event: {} for event in HoldEvent}
+for (_state, _event), _next in TRANSITIONS.items():
+    _MOVES[_event][_state] = _next
+del _S, _E, _state, _event, _next
+
+
+class HoldStateError(RuntimeError):
+    """A hold was to move along a transition that is not in :data:`TRANSITIONS`: a bug in
+    aiolock (the hold is left as it was)."""
+
+    def __init__(self, hold: Hold, event: HoldEvent) -> None:
+        super().__init__(
+            f"aiolock bug: {hold!r} cannot move on {event.name} from {hold.state.name}"
+        )
+        self.hold = hold
+        self.hold_state = hold.state
+        self.event = event
+
+
+def move(hold: Hold, event: HoldEvent) -> None:
+    """Move ``hold`` on ``event`` (:data:`TRANSITIONS`): the only writer of its state once
+    made. Raises HoldStateError, changing nothing, if the table has no such transition."""
+    state = _MOVES[event].get(hold.state)
+    if state is None:
+        raise HoldStateError(hold, event)
+    hold.state = state
 
 
 class Renewal(NamedTuple):

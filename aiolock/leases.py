@@ -1,7 +1,10 @@
 """The lease registry: every hold of one client, in one place, and the watchdog renewing them.
 
-A :class:`Hold` is one owner's hold on one object. Its life is a small state machine and
-every transition is a method of :class:`Leases`; nothing else writes hold state::
+A :class:`Hold` is one owner's hold on one object. Its life is a small state machine, one
+table (:data:`aiolock.holds.TRANSITIONS`, drawn in that module's docstring) that
+:func:`~aiolock.holds.move` reads, raising on a pair not in it; every event is fired by the
+method of :class:`Leases` of its name (``granted``, ``releasing``, ``released``, ``lose``),
+and nothing else moves a hold::
 
     ACQUIRING --granted--> HELD --release of the last count--> RELEASING --confirmed--> RELEASED
         |                  |  ^ granted again (reentrant), release of one of several counts
@@ -73,12 +76,14 @@ from .errors import ClientClosedError, LockLostError
 from .holds import (
     Cleanup,
     Hold,
+    HoldEvent,
     HoldState,
     LostCallback,
     Owner,
     Renewal,
     check_callback,
     local_deadline,
+    move,
 )
 from .metrics import Metrics
 from .tasks import new_id
@@ -89,6 +94,16 @@ logger = logging.getLogger("aiolock")
 
 #: server changes whose words are kept for messages
 _CHANGES_KEPT = 64
+
+# What every acquire and release reads, as module globals: on Python 3.11 an enum member read
+# off its class (HoldEvent.GRANTED) goes through EnumType.__getattr__, about 3x slower.
+_GRANTED, _RELEASING, _RELEASED, _LOST = (
+    HoldEvent.GRANTED,
+    HoldEvent.RELEASING,
+    HoldEvent.RELEASED,
+    HoldEvent.LOST,
+)
+_OVER = HoldState.RELEASED
 
 
 class Leases:
@@ -268,16 +283,16 @@ class Leases:
                         "it was still there",
                     )
                 return False
-        hold.cleanup = cleanup
         if first:
             now = asyncio.get_running_loop().time()
             if local_deadline(sent_at, lease_ms) <= now:
                 return False
+        move(hold, _GRANTED)  # first: an illegal grant changes nothing
+        hold.cleanup = cleanup
+        hold.count += 1
+        if first:
             if self.metrics is not None and self.metrics.recording():
                 hold.since = now
-        hold.count += 1
-        hold.state = HoldState.HELD
-        if first:
             hold.token = token
             hold.deadline = -math.inf
             hold.epoch = self.epoch
@@ -370,7 +385,7 @@ class Leases:
 
     def releasing(self, hold: Hold) -> None:
         """The last count is being released: renewal stops now, whatever the outcome."""
-        hold.state = HoldState.RELEASING
+        move(hold, _RELEASING)
         self.watchdog.remove(hold)
 
     def released(self, hold: Hold, epoch: int | None = None) -> LockLostError | None:
@@ -390,7 +405,11 @@ class Leases:
             hold.stale = max(0, hold.stale - 1)
             self.forget_if_idle(hold)
             return None
-        self._end(hold, HoldState.RELEASED)
+        if hold.state is _OVER:
+            # Its owner force-unlocked it while this release was in flight: over already.
+            self.forget_if_idle(hold)
+            return None
+        self._end(hold, _RELEASED)
         hold.count = 0
         hold.token = None
         hold.callbacks.clear()  # released, never lost: they are not due, now or later
@@ -415,7 +434,7 @@ class Leases:
                 name=hold.name,
                 owner=hold.owner.id,
             )
-        self._end(hold, HoldState.LOST)
+        self._end(hold, _LOST)
         error = hold.lost = LockLostError(
             f"lock {hold.name!r} held by {hold.owner.id} was lost: {reason}",
             name=hold.name,
@@ -440,16 +459,16 @@ class Leases:
             self.forget_if_idle(hold)
         return error
 
-    def _end(self, hold: Hold, state: HoldState) -> None:
+    def _end(self, hold: Hold, event: HoldEvent) -> None:
         """The only way out of HELD (or RELEASING): released or lost. It ends the hold's
         generation: nothing of it may carry over into the next one. (The owner's next
         acquire may be granted on this same record: it queued for the hold's turn while this
         generation was still being released or cleaned up in the background.)"""
+        move(hold, event)  # first: an illegal end changes nothing
         if self.metrics is not None and hold.since:
             seconds = asyncio.get_running_loop().time() - hold.since
-            self.metrics.hold_ended(hold.kind, hold.name, seconds, state is HoldState.LOST)
+            self.metrics.hold_ended(hold.kind, hold.name, seconds, event is _LOST)
         hold.since = 0.0
-        hold.state = state
         hold.deadline = math.inf
         if hold.timer is not None:
             hold.timer.cancel()

@@ -320,6 +320,8 @@ class Lock:
             return False  # held in a way this object may not force: nothing was done
         mine = {runtime.resolve_owner(None).id, self._owner(None).id}
         for hold in runtime.holds_of(self.name):
+            if hold.state is HoldState.ACQUIRING:
+                continue  # never granted: nothing of it to end (its acquire goes on)
             if hold.owner.id in mine:
                 rt.leases.released(hold)
             else:
