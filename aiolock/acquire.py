@@ -183,29 +183,20 @@ async def _acquire(
                 if result.granted:
                     granted = True
                     return result
+            del now  # a parked waiter keeps only what it needs (issue 18)
             while True:
-                until = wait_until
-                if result.ttl_ms is not None and result.ttl_ms >= 0:
-                    holder_until = loop.time() + result.ttl_ms / 1000
-                    entry.holder_until = max(entry.holder_until, holder_until)
-                    until = holder_until if until is None else min(until, holder_until)
-                elif until is None:
-                    # No TTL to bound the wait (a key without one): check again now and
-                    # then anyway, so a lost message can never leave a waiter hanging.
-                    until = loop.time() + rt.config.watchdog_timeout
+                until = _wait_bound(rt, entry, result.ttl_ms, wait_until)
+                del result  # (and its TTL): the next try makes a new one
                 if wait_until is not None and loop.time() >= wait_until:
                     return None
                 if rt.pubsub.closed:  # it closed while a try was in flight: nobody wakes it
                     raise ClientClosedError(f"the client closed while waiting for {rule.name!r}")
-                woken, timer = entry.park(until, rule.weight)
+                woken = entry.park(until, rule.weight)
                 try:
                     await woken
                 except asyncio.CancelledError:
                     entry.pass_on(woken, rule.weight)
                     raise
-                finally:
-                    if timer is not None:
-                        timer.cancel()
                 if rt.pubsub.closed:
                     raise ClientClosedError(f"the client closed while waiting for {rule.name!r}")
                 if wait_until is not None and loop.time() >= wait_until:
@@ -225,6 +216,22 @@ async def _acquire(
             op.end()
         elif hold is not None and not op.handed_over:
             rt.leases.forget_if_idle(hold)  # it never got the turn
+
+
+def _wait_bound(rt: Runtime, entry: Entry, ttl_ms: int | None, wait_until: float | None) -> float:
+    """Until when a waiter parks: the holder's TTL (as its last try saw it; also noted on
+    the entry) or its own time left, whichever ends first."""
+    until = wait_until
+    if ttl_ms is not None and ttl_ms >= 0:
+        holder_until = asyncio.get_running_loop().time() + ttl_ms / 1000
+        if holder_until > entry.holder_until:
+            entry.holder_until = holder_until
+        return holder_until if until is None or holder_until < until else until
+    if until is None:
+        # No TTL to bound the wait (a key without one): check again now and then anyway,
+        # so a lost message can never leave a waiter hanging.
+        until = asyncio.get_running_loop().time() + rt.config.watchdog_timeout
+    return until
 
 
 async def _subscribe(
