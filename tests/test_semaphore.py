@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -268,7 +268,7 @@ def _entry(borrowers: int = 4) -> Entry:
     return entry
 
 
-def _woken(futures: list[asyncio.Future[bool]]) -> list[bool]:
+def _woken(futures: Sequence[asyncio.Future[bool]]) -> list[bool]:
     return [f.done() and f.result() for f in futures]
 
 
