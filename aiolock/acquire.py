@@ -126,11 +126,16 @@ async def _acquire(
     now = loop.time()
     wait_until = None if wait is None else now + wait
     give_up_at = give_up_point(wait_until, rt.config)
-    hold = rt.leases.hold(rule.name, owner, rule.kind) if rule.holds else None
+    # A task's first acquisition of the object starts without a record (hold None): it is
+    # made at the grant, or when work is left to the background (Leases.for_acquire).
+    hold = rt.leases.for_acquire(rule.name, owner, rule.kind) if rule.holds else None
     op = Op(rt, rule, owner, hold)
     tried = granted = False
     try:
-        if hold is not None:
+        if hold is None and rule.holds:
+            op.owns_turn = True  # the turn on the record to be made: nothing else can have it
+            op.field = rt.leases.next_field(rule.name, owner.id)
+        elif hold is not None:
             try:
                 await op.begin(give_up_at)
             except TimeoutError:
@@ -347,8 +352,8 @@ async def _try(
             # Given back within the call's bound, or else in the background (in the turn).
             given_back = await op.within(roll_back(op, result, before, lease_ms), give_up_at)
             raise _replication_error(rt, rule, acks, given_back)
-        hold = op.hold
-        if result.granted and hold is not None:
+        if result.granted and rule.holds:
+            hold = op.record()  # (a deferred record is made now, in this operation's turn)
             if rt.leases.closed:
                 # The client closed meanwhile: no grant; give it back before saying so.
                 await purge_in_turn(op, lease_ms, give_up_at)
