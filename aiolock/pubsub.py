@@ -98,6 +98,11 @@ class Entry:
         """Waiters parked now."""
         return sum(1 for future in self._parked if not future.done())
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a waiter is parked now (at once, however many there are)."""
+        return any(not future.done() for future in self._parked)
+
     def park(self, until: float, weight: int = 1) -> Waiter:
         """A future that turns True when a wake-up comes (at once if one is kept) or False at
         loop time ``until`` (the entry's timer ends it: nothing to cancel once it is done).
