@@ -16,6 +16,10 @@ unlocked them all (it would be working under a lock it no longer holds). What a 
 abandoned hold may have left on the server is removed in the background by its cleanup,
 within its lease; nothing of it is ever renewed again.
 
+A task's first acquisition of an object makes no record while it waits: the record is made
+at its grant, or when it leaves work to the background (:meth:`Leases.for_acquire`,
+:meth:`Leases.adopt`); nothing else of the task's owner can run on the object meanwhile.
+
 Operations of one owner on one hold are serialized (:attr:`Hold.turn`), background cleanups
 included, so a release still running cannot race the same owner's next acquire. Such an
 acquire, queued for the turn, is granted on the same Hold record: a record can outlive a
@@ -125,17 +129,6 @@ class Leases:
 
     def get(self, name: str, owner: Owner) -> Hold | None:
         return self.holds.get((name, owner.id))
-
-    def hold(self, name: str, owner: Owner, kind: str = "lock") -> Hold:
-        """The hold of ``owner`` on ``name`` (an object of type ``kind``), made (ACQUIRING)
-        if it has none."""
-        hold = self.holds.get((name, owner.id))
-        if hold is None:
-            if self.closed:
-                raise ClientClosedError("the client is closed")
-            hold = Hold(name, owner, self.field(name, owner), kind)
-            self.holds[(name, owner.id)] = hold
-        return hold
 
     def for_acquire(self, name: str, owner: Owner, kind: str) -> Hold | None:
         """The record an acquisition of ``owner`` on ``name`` works on: the owner's hold if
