@@ -126,36 +126,26 @@ async def _acquire(
     now = loop.time()
     wait_until = None if wait is None else now + wait
     give_up_at = give_up_point(wait_until, rt.config)
-    hold = rt.leases.hold(rule.name, owner, rule.kind) if rule.holds else None
-    op = Op(rt, rule, owner, hold)
-    tried = granted = False
+    # (Few locals, and a shallow stack: each is a slot of the frame every parked waiter
+    # keeps, issue 18.)
+    op = _operation(rt, rule, owner)
+    #: an attempt was sent and did not end in a grant (what ends without one gives up)
+    tried = False
     try:
-        if hold is not None:
-            try:
-                await op.begin(give_up_at)
-            except TimeoutError:
-                return None  # the owner's previous operation on it did not end in time
-            rt.leases.current(hold)
-            if hold.stale:
-                raise LockLostError(
-                    f"{hold.lost}; unlock it as often as it was taken before taking it again",
-                    name=rule.name,
-                    owner=owner.id,
-                )
-            if not hold.count:
-                # A new generation: the owner id it writes is chosen now that the work of
-                # the one before has ended (a taint it made applies to this acquire).
-                op.field = rt.leases.next_generation(hold)
+        if op.hold is None and rule.holds:
+            op.owns_turn = True  # the turn on the record to be made: nothing else can have it
+            op.field = rt.leases.next_field(rule.name, owner.id)
+        elif op.hold is not None and not await _begin(op, give_up_at):
+            return None  # the owner's previous operation on it did not end in time
         wait_ms = None if wait is None else round(wait * 1000)
-        channel = rule.channel(op.field)
-        entry = rt.pubsub.entry(channel)
+        entry = rt.pubsub.entry(rule.channel(op.field))
         if (
             entry is not None
             and (wait_until is None or wait_until > now)
-            and entry.parked
+            and entry.waiting
             and entry.confirmed_at is not None
             and entry.holder_until > now
-            and (hold is None or not hold.count)
+            and (op.hold is None or not op.hold.count)
             and rule.queue_locally
         ):
             # Tasks of this client already wait for it under a live lease: queue behind them
@@ -166,14 +156,13 @@ async def _acquire(
             tried = True
             result = await _try(op, lease_ms, wait_ms, renew, give_up_at)
             if result.granted:
-                granted = True
+                tried = False
                 return result
             if wait_until is not None and loop.time() >= wait_until:
                 return None
-        subscribed = await _subscribe(rt, rule, channel, op.field, wait_until)
-        if subscribed is None:
+        entry = await _subscribe(rt, rule, rule.channel(op.field), op.field, wait_until)
+        if entry is None:
             return None
-        entry = subscribed
         try:
             # A release between our try and a subscription confirmed after it sent no
             # message we could see: try again. One confirmed before the try needs no retry.
@@ -181,31 +170,22 @@ async def _acquire(
                 tried = True
                 result = await _try(op, lease_ms, wait_ms, renew, give_up_at)
                 if result.granted:
-                    granted = True
+                    tried = False
                     return result
+            del now  # a parked waiter keeps only what it needs (issue 18)
             while True:
-                until = wait_until
-                if result.ttl_ms is not None and result.ttl_ms >= 0:
-                    holder_until = loop.time() + result.ttl_ms / 1000
-                    entry.holder_until = max(entry.holder_until, holder_until)
-                    until = holder_until if until is None else min(until, holder_until)
-                elif until is None:
-                    # No TTL to bound the wait (a key without one): check again now and
-                    # then anyway, so a lost message can never leave a waiter hanging.
-                    until = loop.time() + rt.config.watchdog_timeout
+                until = _wait_bound(rt, entry, result.ttl_ms, wait_until)
+                del result  # (and its TTL): the next try makes a new one
                 if wait_until is not None and loop.time() >= wait_until:
                     return None
                 if rt.pubsub.closed:  # it closed while a try was in flight: nobody wakes it
                     raise ClientClosedError(f"the client closed while waiting for {rule.name!r}")
-                woken, timer = entry.park(until, rule.weight)
+                woken = entry.park(until, rule.weight)
                 try:
                     await woken
                 except asyncio.CancelledError:
                     entry.pass_on(woken, rule.weight)
                     raise
-                finally:
-                    if timer is not None:
-                        timer.cancel()
                 if rt.pubsub.closed:
                     raise ClientClosedError(f"the client closed while waiting for {rule.name!r}")
                 if wait_until is not None and loop.time() >= wait_until:
@@ -220,17 +200,65 @@ async def _acquire(
                     entry.pass_on(woken, rule.weight)
                     raise
                 if result.granted:
-                    granted = True
+                    tried = False
                     return result
         finally:
             rt.pubsub.release(entry)
     finally:
-        if tried and not granted and not op.handed_over:
+        if tried and not op.handed_over:
             _give_up(op)
         if op.owns_turn:
             op.end()
-        elif hold is not None and not op.handed_over:
-            rt.leases.forget_if_idle(hold)  # it never got the turn
+        elif op.hold is not None and not op.handed_over:
+            rt.leases.forget_if_idle(op.hold)  # it never got the turn
+
+
+def _wait_bound(rt: Runtime, entry: Entry, ttl_ms: int | None, wait_until: float | None) -> float:
+    """Until when a waiter parks: the holder's TTL (as its last try saw it; also noted on
+    the entry) or its own time left, whichever ends first."""
+    until = wait_until
+    if ttl_ms is not None and ttl_ms >= 0:
+        holder_until = asyncio.get_running_loop().time() + ttl_ms / 1000
+        if holder_until > entry.holder_until:
+            entry.holder_until = holder_until
+        return holder_until if until is None or holder_until < until else until
+    if until is None:
+        # No TTL to bound the wait (a key without one): check again now and then anyway,
+        # so a lost message can never leave a waiter hanging.
+        until = asyncio.get_running_loop().time() + rt.config.watchdog_timeout
+    return until
+
+
+def _operation(rt: Runtime, rule: Rule, owner: Owner) -> Op:
+    """The acquisition's operation, on the owner's hold record, or on none yet: a task's
+    first acquisition of the object makes its record at the grant, or when it leaves work
+    to the background (Leases.for_acquire)."""
+    return Op(
+        rt, rule, owner, rt.leases.for_acquire(rule.name, owner, rule.kind) if rule.holds else None
+    )
+
+
+async def _begin(op: Op, give_up_at: float | None) -> bool:
+    """Take the owner's turn on its hold record (False: the owner's operation before did
+    not end by ``give_up_at``) and check that the hold can be taken again."""
+    hold, rt, rule = op.hold, op.rt, op.rule
+    assert hold is not None
+    try:
+        await op.begin(give_up_at)
+    except TimeoutError:
+        return False
+    rt.leases.current(hold)
+    if hold.stale:
+        raise LockLostError(
+            f"{hold.lost}; unlock it as often as it was taken before taking it again",
+            name=rule.name,
+            owner=op.owner.id,
+        )
+    if not hold.count:
+        # A new generation: the owner id it writes is chosen now that the work of the one
+        # before has ended (a taint it made applies to this acquire).
+        op.field = rt.leases.next_generation(hold)
+    return True
 
 
 async def _subscribe(
@@ -346,8 +374,8 @@ async def _try(
             # Given back within the call's bound, or else in the background (in the turn).
             given_back = await op.within(roll_back(op, result, before, lease_ms), give_up_at)
             raise _replication_error(rt, rule, acks, given_back)
-        hold = op.hold
-        if result.granted and hold is not None:
+        if result.granted and rule.holds:
+            hold = op.record()  # (a deferred record is made now, in this operation's turn)
             if rt.leases.closed:
                 # The client closed meanwhile: no grant; give it back before saying so.
                 await purge_in_turn(op, lease_ms, give_up_at)

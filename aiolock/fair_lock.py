@@ -137,6 +137,10 @@ class FairRule(LockRule):
             self._keys(), (UNLOCK_MESSAGE, *parts[0], self._now(), PUBLISH, *more)
         )
 
+    def acquiring(self) -> list[str]:
+        """The owners whose acquisitions are under way (as far as remembered)."""
+        return list(self._allowances)
+
     def forget(self, owner: str) -> None:
         """The acquisition of ``owner`` ended (granted, or given up already)."""
         self._allowances.pop(owner, None)
@@ -254,14 +258,18 @@ class FairLock(Lock):
 
     def _tasks_waiting(self, who: Owner) -> int:
         # each waiter has a channel of its own: count the owners acquiring it whose wait
-        # entry has a task parked
+        # entry has a task parked (a task's acquisition has no hold record before its
+        # grant: the rule knows the owners whose acquisitions are under way)
         pubsub = self._runtime.use().pubsub
-        count = 0
+        acquiring = set(self._fair_rule.acquiring())
         for hold in self._runtime.holds_of(self.name):
             if hold.state is HoldState.ACQUIRING:
-                entry = pubsub.entry(self._rule.channel(hold.field))
-                if entry is not None and entry.parked:
-                    count += 1
+                acquiring.add(hold.field)
+        count = 0
+        for field in acquiring:
+            entry = pubsub.entry(self._rule.channel(field))
+            if entry is not None and entry.parked:
+                count += 1
         return count
 
     async def queue(self) -> list[tuple[str, float]]:

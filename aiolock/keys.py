@@ -16,6 +16,7 @@ All durations are seconds (floats), as everywhere in asyncio; Redis gets millise
 from __future__ import annotations
 
 import binascii
+import functools
 import math
 import warnings
 
@@ -174,8 +175,10 @@ def check_lease(value: object, what: str) -> float:
     return seconds
 
 
+@functools.lru_cache(maxsize=256)
 def to_millis(seconds: float) -> int:
-    """Seconds -> whole milliseconds, at least 1 (PEXPIRE 0 would delete the key)."""
+    """Seconds -> whole milliseconds, at least 1 (PEXPIRE 0 would delete the key). Cached:
+    the few leases a program uses are one int each, not one per waiter (issue 18)."""
     return max(1, round(seconds * 1000))
 
 

@@ -19,6 +19,10 @@ unlocked them all (it would be working under a lock it no longer holds). What a 
 abandoned hold may have left on the server is removed in the background by its cleanup,
 within its lease; nothing of it is ever renewed again.
 
+A task's first acquisition of an object makes no record while it waits: the record is made
+at its grant, or when it leaves work to the background (:meth:`Leases.for_acquire`,
+:meth:`Leases.adopt`); nothing else of the task's owner can run on the object meanwhile.
+
 Operations of one owner on one hold are serialized (:attr:`Hold.turn`), background cleanups
 included, so a release still running cannot race the same owner's next acquire. Such an
 acquire, queued for the turn, is granted on the same Hold record: a record can outlive a
@@ -141,16 +145,54 @@ class Leases:
     def get(self, name: str, owner: Owner) -> Hold | None:
         return self.holds.get((name, owner.id))
 
-    def hold(self, name: str, owner: Owner, kind: str = "lock") -> Hold:
-        """The hold of ``owner`` on ``name`` (an object of type ``kind``), made (ACQUIRING)
-        if it has none."""
+    def for_acquire(self, name: str, owner: Owner, kind: str) -> Hold | None:
+        """The record an acquisition of ``owner`` on ``name`` works on: the owner's hold if
+        it has one (held, or with work of the owner under way on it), else a new one; or None
+        when the owner is the running task: its first acquisition of ``name`` makes its
+        record only when it needs one, at its grant or when it leaves work to the background
+        (:meth:`adopt`). Nothing else of that owner can run on ``name`` meanwhile (a task
+        runs one operation at a time; its background work keeps a record), so a task waiting
+        for a lock costs no record (issue 18)."""
         hold = self.holds.get((name, owner.id))
-        if hold is None:
-            if self.closed:
-                raise ClientClosedError("the client is closed")
-            hold = Hold(name, owner, self.field(name, owner), kind)
-            self.holds[(name, owner.id)] = hold
+        if hold is not None:
+            return hold
+        if self.closed:
+            raise ClientClosedError("the client is closed")
+        task = owner.task
+        if task is not None and task is asyncio.current_task():
+            return None
+        hold = Hold(name, owner, self._next_field(name, owner.id), kind)
+        self.holds[(name, owner.id)] = hold
         return hold
+
+    def adopt(self, name: str, owner: Owner, field: str, kind: str) -> tuple[Hold, bool]:
+        """The record of an acquisition that started without one (:meth:`for_acquire`),
+        made now with the owner's turn on it taken for the acquisition (which held that turn
+        all along: nothing else of the owner ran on ``name``), writing ``field``; and
+        whether the turn is the acquisition's (True).
+
+        Only an owner of a task used by another task at the same time (the library never
+        does that) can find a record there already: the two cannot be put in order any
+        more; the acquisition goes on with that record, without its turn."""
+        key = (name, owner.id)
+        hold = self.holds.get(key)
+        if hold is not None:
+            logger.warning(
+                "aiolock: owner %s of a task was used for %r by another task while that task "
+                "was acquiring it; their operations may overlap (share an owner across tasks "
+                "with new_owner())",
+                owner.id,
+                name,
+            )
+            return hold, False
+        hold = Hold(name, owner, field, kind)
+        hold.take_turn()
+        self.holds[key] = hold
+        return hold, True
+
+    def next_field(self, name: str, owner_id: str) -> str:
+        """The owner id the next generation of ``owner_id``'s hold on ``name`` writes."""
+        return self._next_field(name, owner_id)
 
     def field(self, name: str, owner: Owner) -> str:
         """The owner id ``owner`` writes for ``name`` on the server: its hold's while it

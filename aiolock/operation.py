@@ -68,9 +68,29 @@ class Op:
         self.hold = hold
         #: the owner id the commands of this operation write (the hold's field)
         self.field = owner.id if hold is None else hold.field
+        #: True from the start for an acquisition whose record is deferred (see record())
         self.owns_turn = False
         self.handed_over = False
         self.in_background = False
+
+    def record(self) -> Hold:
+        """The hold this operation works on; for an acquisition that started without one
+        (``Leases.for_acquire``), made now, with this operation's turn on it."""
+        hold = self.hold
+        if hold is None:
+            rule = self.rule
+            assert rule.holds
+            hold, turn = self.rt.leases.adopt(rule.name, self.owner, self.field, rule.kind)
+            self.hold = hold
+            if not turn:
+                self.owns_turn = False  # (never end a turn that is not this operation's)
+        return hold
+
+    def _keep_turn(self) -> None:
+        """Before work outlives this call (or runs in another task): a deferred record is
+        made, so the owner's next operation on the object waits for that work."""
+        if self.hold is None and self.rule.holds:
+            self.record()
 
     async def begin(self, deadline: float | None) -> None:
         """Take the hold's turn (at once when it is free), waiting at most until
@@ -89,12 +109,13 @@ class Op:
         if self.owns_turn:
             self.owns_turn = False
             hold = self.hold
-            assert hold is not None
-            hold.end_turn()
-            self.rt.leases.forget_if_idle(hold)
+            if hold is not None:  # (None: a deferred record never made, nothing to end)
+                hold.end_turn()
+                self.rt.leases.forget_if_idle(hold)
 
     def hand_over(self, outcome: Awaitable[Any], finish: Finish) -> asyncio.Task[None]:
         """Leave ``finish(await outcome)`` to a background task, which ends the turn."""
+        self._keep_turn()
         self.handed_over = True
         had_turn, self.owns_turn = self.owns_turn, False
 
@@ -131,6 +152,7 @@ class Op:
         if self.in_background:
             await work  # no caller to bound
             return True
+        self._keep_turn()
         name = self.rule.name
 
         async def run() -> None:
@@ -159,6 +181,7 @@ class Op:
 
     def _leave_turn_to(self, task: asyncio.Task[None]) -> None:
         """The caller leaves; ``task`` ends this operation's turn when it is done."""
+        self._keep_turn()
         self.handed_over = True
         had_turn, self.owns_turn = self.owns_turn, False
 
@@ -277,8 +300,8 @@ class Op:
                 cleanup = self.hand_over(ready(unknown), finish)
                 await wait_shielded(cleanup, cancel_allowance(self.rt.config))
             raise
-        if self.hold is not None:
-            self.rt.leases.taint(self.hold, self.field)  # the old request may still arrive
+        if self.rule.holds:
+            self.rt.leases.taint(self.record(), self.field)  # the old request may still arrive
         if self.in_background:
             await finish(unknown)
         else:

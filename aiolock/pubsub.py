@@ -12,13 +12,16 @@ semaphore's waiter for k permits weighs k, everyone else 1); one heavier than wh
 passed over and keeps its place. A wake-up that finds nobody to wake is kept as a permit (up
 to the number of borrowers), so a message arriving between a failed attempt and the wait is
 not lost. When the subscription is lost or renewed, everyone is woken to re-check. Waits are
-always bounded by the caller.
+always bounded by the caller: each parked waiter has a deadline, and an entry keeps one timer,
+for the earliest deadline of its waiters (not one per waiter).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -29,14 +32,32 @@ logger = logging.getLogger("aiolock.pubsub")
 Wakes = Callable[[bytes], int]
 #: a wake rule's answer meaning "every waiter"
 ALL = -1
+#: the deadlines an entry keeps before it first drops those of waiters that left
+_COMPACT_MIN = 64
+
+
+class Waiter(asyncio.Future[bool]):
+    """A parked waiter's future, with its deadline (loop time); ordered by it, for the
+    entry's heap of deadlines."""
+
+    __slots__ = ("until",)
+
+    until: float
+
+    def __lt__(self, other: Waiter) -> bool:
+        return self.until < other.until
 
 
 class Entry:
     """The wait entry of one channel (see the module docstring)."""
 
     __slots__ = (
+        "_compact_at",
+        "_deadlines",
         "_parked",
         "_permits",
+        "_timer",
+        "_timer_at",
         "_wakes",
         "_weights",
         "channel",
@@ -53,6 +74,12 @@ class Entry:
         self.refs = 0
         self._wakes = wakes
         self._parked: deque[asyncio.Future[bool]] = deque()
+        #: the parked waiters by deadline (a heap; a waiter that left stays in it until its
+        #: deadline passes or the heap is compacted), and the one timer, for the earliest
+        self._deadlines: list[Waiter] = []
+        self._compact_at = _COMPACT_MIN
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
         self._permits = 0
         #: the weights of parked waiters that weigh more than 1 (None: no such waiter yet;
         #: a lock's waiters never make one)
@@ -71,25 +98,70 @@ class Entry:
         """Waiters parked now."""
         return sum(1 for future in self._parked if not future.done())
 
-    def park(
-        self, until: float, weight: int = 1
-    ) -> tuple[asyncio.Future[bool], asyncio.TimerHandle | None]:
+    @property
+    def waiting(self) -> bool:
+        """Whether a waiter is parked now (at once, however many there are)."""
+        return any(not future.done() for future in self._parked)
+
+    def park(self, until: float, weight: int = 1) -> Waiter:
         """A future that turns True when a wake-up comes (at once if one is kept) or False at
-        loop time ``until``, and the timer that ends it (cancel it once the future is done).
+        loop time ``until`` (the entry's timer ends it: nothing to cancel once it is done).
         ``weight`` is the waiter's share of a wake-up (see :meth:`wake`). A waiter woken and
         then cancelled before it resumes must call :meth:`pass_on` with its weight."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
+        future = Waiter(loop=loop)
         if self._permits:
             self._permits -= 1
             future.set_result(True)
-            return future, None
+            return future
         self._parked.append(future)
         if weight != 1:
             if self._weights is None:
                 self._weights = {}
             self._weights[future] = weight
-        return future, loop.call_at(until, _time_up, future)
+        future.until = until
+        deadlines = self._deadlines
+        if len(deadlines) >= self._compact_at:
+            # Waiters that left before their deadline: drop them (amortized O(1) a park).
+            deadlines[:] = [waiter for waiter in deadlines if not waiter.done()]
+            heapq.heapify(deadlines)
+            self._compact_at = max(_COMPACT_MIN, 2 * len(deadlines))
+        heapq.heappush(deadlines, future)
+        if until < self._timer_at:
+            self._arm(loop, until)
+        return future
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = loop.call_at(when, self._time_up)
+
+    def _time_up(self) -> None:
+        """The timer: every waiter whose deadline came gets False; the timer is set again
+        for the earliest deadline left."""
+        armed_at = self._timer_at
+        self._timer = None
+        self._timer_at = math.inf
+        deadlines = self._deadlines
+        loop = asyncio.get_running_loop()
+        # A timer may fire a little early (uvloop's have millisecond resolution): it ends
+        # what it was set for, as a timer of each waiter's own did.
+        limit = max(armed_at, loop.time())
+        while deadlines and (deadlines[0].until <= limit or deadlines[0].done()):
+            waiter = heapq.heappop(deadlines)
+            if not waiter.done():
+                waiter.set_result(False)
+        if deadlines:
+            self._arm(loop, deadlines[0].until)
+
+    def stop(self) -> None:
+        """Its last borrower left: no timer is kept for it."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = math.inf
+        self._deadlines.clear()
 
     def pass_on(self, future: asyncio.Future[bool], weight: int = 1) -> None:
         """The waiter of ``future`` (of ``weight``) leaves without using it (cancelled, out
@@ -163,11 +235,6 @@ class Entry:
         may have been lost meanwhile, so everyone re-checks."""
         self.confirmed_at = asyncio.get_running_loop().time() if listening else None
         self.wake(ALL)
-
-
-def _time_up(future: asyncio.Future[bool]) -> None:
-    if not future.done():
-        future.set_result(False)
 
 
 class PubSub:
@@ -250,6 +317,9 @@ class PubSub:
                     await waiting
         finally:
             self._confirming.discard(waiting)
+            if not self._confirming:
+                # a set never shrinks: after many borrowers at once, let its table go
+                self._confirming = set()
             confirmed.remove_done_callback(done)
 
     def _listen(self, entry: Entry) -> None:
@@ -264,6 +334,8 @@ class PubSub:
     def release(self, entry: Entry) -> None:
         """Give back an entry; the last borrower's release unsubscribes the channel."""
         entry.refs -= 1
+        if entry.refs == 0:
+            entry.stop()
         if entry.refs == 0 and self._entries.get(entry.channel) is entry:
             del self._entries[entry.channel]
             if not self._closed:

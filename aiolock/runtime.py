@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
@@ -20,7 +19,7 @@ from .holds import Hold, Owner
 from .leases import Leases
 from .metrics import Metrics
 from .pubsub import PubSub
-from .tasks import current_task, current_task_id, new_id
+from .tasks import OwnerIds, current_task, new_id
 from .transport import Transport
 
 R = TypeVar("R")
@@ -38,7 +37,6 @@ class Runtime:
     __slots__ = (
         "__weakref__",
         "_closed",
-        "_forget_owner_id",
         "_loop",
         "_owner_ids",
         "_rules",
@@ -86,11 +84,7 @@ class Runtime:
         self._rules: dict[tuple[Callable[[str], Any], str], Any] = {}
         #: each live task's owner id, made on its first call (weakly keyed: an entry goes with
         #: its task, with no done callback on it, and refers to no runtime)
-        owner_ids: dict[weakref.ref[asyncio.Task[Any]], str] = {}
-        self._owner_ids = owner_ids
-        self._forget_owner_id: Callable[[weakref.ref[asyncio.Task[Any]]], object] = lambda ref: (
-            owner_ids.pop(ref, None)
-        )
+        self._owner_ids = OwnerIds(id)
 
     # -- use ------------------------------------------------------------------------------
 
@@ -165,11 +159,7 @@ class Runtime:
             return owner
         if task is None:
             task = current_task()
-        owner_id = self._owner_ids.get(weakref.ref(task))  # one dict lookup, all in C
-        if owner_id is None:
-            owner_id = f"{self.id}:{current_task_id(task)}"
-            self._owner_ids[weakref.ref(task, self._forget_owner_id)] = owner_id
-        return Owner(owner_id, task)
+        return Owner(self._owner_ids.of(task), task)
 
     def owned_elsewhere(self, owner: Owner) -> bool:
         """Whether ``owner`` was made by another aiolock client of this process. An owner

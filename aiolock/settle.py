@@ -75,7 +75,8 @@ async def roll_back(op: Op, grant: Attempt, before: int, lease_ms: int) -> None:
 async def purge_in_turn(op: Op, lease_ms: int, deadline: float | None) -> bool:
     """Purge the owner's counts in this operation's turn, waiting for it until ``deadline``
     (then, or if the caller is cancelled, it goes on in the background: see Op.within)."""
-    return await op.within(purge(op.rt, op.rule, op.field, lease_ms, op.hold), deadline)
+    hold = op.record()  # (a deferred one made now: the purge is done in its turn)
+    return await op.within(purge(op.rt, op.rule, op.field, lease_ms, hold), deadline)
 
 
 def register(

@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio
 
 import aiolock
+from aiolock.tasks import current_task_id
 from aiolock.testing import TcpProxy
 
 
@@ -140,6 +141,62 @@ async def test_cancel_after_release(client: aiolock.AioLock) -> None:
             assert await lock.hold_count(owner=owner) == 1
             await lock.unlock(owner=owner)
     assert client.statistics().subscriptions == 0
+
+
+async def test_cancel_after_release_for_a_task_owner(client: aiolock.AioLock) -> None:
+    """The same race for a task that waits as its own owner (its acquisition has no hold
+    record until it is granted, issue 18): granted and cancelled before it resumes, it
+    either returns holding the lock or is cancelled holding nothing, and no record is
+    left behind either way."""
+    lock = client.lock("race-task")
+    for delay in [0, 0, 0.0001, 0.0002, 0.0005, 0.001, 0.002] * 4:
+        assert await lock.try_lock()
+
+        async def take() -> bool:
+            await lock.lock()
+            await lock.unlock()  # (completes even if cancelled meanwhile)
+            return True
+
+        waiter = asyncio.create_task(take())
+        await asyncio.sleep(0.002)  # the waiter is subscribed and waiting
+        await lock.unlock()
+        await asyncio.sleep(delay)
+        waiter.cancel()
+        try:
+            assert await waiter
+        except asyncio.CancelledError:
+            pass
+        assert not await lock.is_locked(), f"orphan hold after cancel at {delay}"
+        assert not any(client.statistics().holds.values())
+    assert client.statistics().subscriptions == 0
+
+
+async def test_a_parked_waiter_cancelled_while_its_retry_reply_is_in_flight(
+    via_proxy: aiolock.AioLock, proxy: TcpProxy, redis_client: redis.asyncio.Redis
+) -> None:
+    """A task parked for a lock (no hold record yet) retries when the holder's lease runs
+    out; the retry's script runs and takes the lock, its reply is delayed, and the task is
+    cancelled: the hold is released before the CancelledError reaches it, and nothing is
+    left in the client."""
+    await redis_client.hset("parked", "someone-else", 1)
+    await redis_client.pexpire("parked", 400)
+    task = asyncio.create_task(via_proxy.lock("parked").lock(lease_time=30))
+    await eventually(lambda: _true(via_proxy.statistics().tasks_waiting == 1))
+    proxy.delay_replies(0.5)
+    await eventually(lambda: redis_client.hexists("parked", f"{via_proxy.id}:{_task_id(task)}"))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not await redis_client.exists("parked")
+    assert not any(via_proxy.statistics().holds.values())
+
+
+async def _true(value: object) -> bool:
+    return bool(value)
+
+
+def _task_id(task: asyncio.Task[object]) -> int:
+    return current_task_id(task)
 
 
 async def test_lost_acquire_reply_is_not_counted_twice(

@@ -697,3 +697,63 @@ async def test_on_lost_refuses_what_is_not_callable(client: aiolock.AioLock) -> 
             with pytest.raises(TypeError, match="callable"):
                 sem.on_lost(permit, bad)  # type: ignore[arg-type]
         await sem.release(permit)
+
+
+# -- no hold record for a waiter until it is granted (issue 18) ------------------------------
+
+
+async def test_a_task_waiting_for_a_lock_has_no_hold_record_until_granted(
+    client: aiolock.AioLock,
+) -> None:
+    """A task's first acquisition of a lock makes its hold record at the grant: while it
+    waits, the client keeps only the holder's; granted, it holds as any other."""
+    lock = client.lock("deferred-record")
+    assert await lock.try_lock(lease_time=30)
+    taken = asyncio.Event()
+    done = asyncio.Event()
+
+    async def wait_for_it() -> tuple[bool, int]:
+        await lock.lock()
+        stats = lock.statistics()
+        taken.set()
+        await done.wait()
+        await lock.unlock()
+        return stats.held, stats.hold_count
+
+    waiter = asyncio.create_task(wait_for_it())
+    async with asyncio.timeout(5):
+        while client.statistics().tasks_waiting != 1:  # noqa: ASYNC110 (local state)
+            await asyncio.sleep(0.01)
+    holds = client.statistics().holds
+    assert holds["held"] == 1 and sum(holds.values()) == 1  # the holder's only
+    await lock.unlock()
+    await asyncio.wait_for(taken.wait(), 5)
+    assert client.statistics().holds["held"] == 1
+    done.set()
+    assert await waiter == (True, 1)
+    assert not any(client.statistics().holds.values())
+
+
+async def test_acquisitions_of_one_explicit_owner_from_two_tasks_still_take_turns(
+    client: aiolock.AioLock,
+) -> None:
+    """An explicit owner may be used by several tasks at once: its acquisitions keep a
+    record from the start, and take turns on it (the second waits for the first to be
+    granted, then re-enters)."""
+    lock = client.lock("shared-owner")
+    assert await lock.try_lock(lease_time=30)
+    owner = client.new_owner()
+    first = asyncio.create_task(lock.lock(owner=owner))
+    async with asyncio.timeout(5):
+        while client.statistics().tasks_waiting != 1:  # noqa: ASYNC110 (local state)
+            await asyncio.sleep(0.01)
+    second = asyncio.create_task(lock.lock(owner=owner))
+    await asyncio.sleep(0.05)
+    assert client.statistics().holds["acquiring"] == 1
+    assert client.statistics().tasks_waiting == 1  # the second waits for the turn
+    await lock.unlock()
+    await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert lock.statistics(owner=owner).hold_count == 2
+    await lock.unlock(owner=owner)
+    await lock.unlock(owner=owner)
+    assert not await lock.is_locked()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 from collections.abc import Callable
 from typing import Any
@@ -188,6 +189,29 @@ async def test_task_ids_are_not_reused() -> None:
     ids = [await asyncio.create_task(task_id()) for _ in range(100)]
     assert len(set(ids)) == 100
     assert current_task_id() == current_task_id()
+
+
+async def test_a_task_has_one_number_on_every_client_and_its_ids_go_with_it(
+    client: aiolock.AioLock, make_client: Callable[..., aiolock.AioLock]
+) -> None:
+    """A task's owner ids on two clients share its number, whichever client (or
+    current_task_id) asked first; the clients' cached ids go when the task ends."""
+    other = make_client()
+    cached = client.unchecked_runtime._owner_ids
+
+    async def ids(first_asks_number: bool) -> tuple[str, str, int]:
+        number = current_task_id() if first_asks_number else None
+        a = client.resolve_owner(None).id
+        b = other.resolve_owner(None).id
+        return a, b, current_task_id() if number is None else number
+
+    before = len(cached)
+    for first_asks_number in (False, True):
+        a, b, number = await asyncio.create_task(ids(first_asks_number))
+        assert a == f"{client.id}:{number}" and b == f"{other.id}:{number}"
+    await asyncio.sleep(0)  # (the loop lets go of the last task)
+    gc.collect()
+    assert len(cached) == before
 
 
 # -- bad input: fails at once, before any Redis call ------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -268,7 +268,7 @@ def _entry(borrowers: int = 4) -> Entry:
     return entry
 
 
-def _woken(futures: list[asyncio.Future[bool]]) -> list[bool]:
+def _woken(futures: Sequence[asyncio.Future[bool]]) -> list[bool]:
     return [f.done() and f.result() for f in futures]
 
 
@@ -280,24 +280,22 @@ async def test_waiters_of_weight_one_are_woken_as_a_lock_s() -> None:
     parked = [entry.park(until) for _ in range(3)]
     assert entry._weights is None
     entry.wake(2)
-    assert _woken([f for f, _ in parked]) == [True, True, False]
-    entry.pass_on(parked[0][0])  # a woken waiter leaving: its wake-up goes to the next
-    assert _woken([f for f, _ in parked]) == [True, True, True]
+    assert _woken(parked) == [True, True, False]
+    entry.pass_on(parked[0])  # a woken waiter leaving: its wake-up goes to the next
+    assert _woken(parked) == [True, True, True]
     assert entry._weights is None
-    for _, timer in parked:
-        assert timer is not None
-        timer.cancel()
+    entry.stop()  # (its last borrower leaves: the entry's timer goes)
 
 
 async def test_heavier_waiters_are_passed_over_and_keep_their_place() -> None:
     entry = _entry()
     until = asyncio.get_running_loop().time() + 10
-    big, _ = entry.park(until, 3)
-    small1, _ = entry.park(until)
-    small2, _ = entry.park(until)
+    big = entry.park(until, 3)
+    small1 = entry.park(until)
+    small2 = entry.park(until)
     entry.wake(2)  # 2 permits: the waiter for 3 does not fit, both for 1 do
     assert _woken([big, small1, small2]) == [False, True, True]
-    later, _ = entry.park(until)
+    later = entry.park(until)
     entry.wake(3)  # the big one is still first in line
     assert _woken([big, later]) == [True, False]
     assert not entry._weights  # a woken waiter's weight is forgotten
@@ -308,9 +306,9 @@ async def test_a_woken_heavy_waiter_that_leaves_passes_its_whole_weight_on() -> 
     waiters get what it would have taken, 2 waiters for 1 here."""
     entry = _entry()
     until = asyncio.get_running_loop().time() + 10
-    heavy, _ = entry.park(until, 2)
-    first, _ = entry.park(until)
-    second, _ = entry.park(until)
+    heavy = entry.park(until, 2)
+    first = entry.park(until)
+    second = entry.park(until)
     entry.wake(2)
     assert _woken([heavy, first, second]) == [True, False, False]
     entry.pass_on(heavy, 2)
@@ -320,13 +318,11 @@ async def test_a_woken_heavy_waiter_that_leaves_passes_its_whole_weight_on() -> 
 async def test_a_heavy_waiter_that_leaves_unwoken_leaves_no_weight_behind() -> None:
     entry = _entry()
     loop = asyncio.get_running_loop()
-    heavy, timer = entry.park(loop.time() + 10, 5)
-    assert timer is not None
-    timer.cancel()
+    heavy = entry.park(loop.time() + 10, 5)
     heavy.cancel()
     entry.pass_on(heavy, 5)  # cancelled before any wake-up: nothing to pass on
     assert not entry._weights
-    timed_out, _ = entry.park(loop.time(), 5)
+    timed_out = entry.park(loop.time(), 5)
     await asyncio.sleep(0.01)
     assert timed_out.done() and not timed_out.result()
     entry.wake(1)  # the next wake-up drops what timed out

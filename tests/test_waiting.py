@@ -11,6 +11,7 @@ import redis.asyncio
 
 import aiolock
 from aiolock.default import default_client
+from aiolock.pubsub import Entry
 from aiolock.testing import TcpProxy
 from tests.conftest import run_worker
 
@@ -425,3 +426,54 @@ async def test_from_url_passes_redis_options(redis_url: str) -> None:
         assert client.redis.connection_pool.max_connections == 7
         async with client.lock("options"):
             pass
+
+
+# -- one timer per wait entry (pubsub.Entry), not one per waiter -----------------------------
+
+
+def _wait_entry() -> Entry:
+    entry = Entry(b"redisson_lock__channel:{t}", "t", lambda data: 1)
+    entry.refs = 1
+    return entry
+
+
+async def test_an_entry_keeps_one_timer_and_each_waiter_times_out_at_its_own_deadline() -> None:
+    """Waiters parked with different deadlines (in any order) share the entry's one timer,
+    always set for the earliest; each gets False at its own deadline, not before."""
+    loop = asyncio.get_running_loop()
+    entry = _wait_entry()
+    t0 = loop.time()
+    late = entry.park(t0 + 0.3)
+    early = entry.park(t0 + 0.05)
+    middle = entry.park(t0 + 0.15)
+    assert entry._timer is not None and entry._timer_at == early.until
+    await asyncio.wait((early,))
+    assert loop.time() >= early.until - 0.002  # (uvloop's timers: millisecond resolution)
+    assert not early.result() and not middle.done() and not late.done()
+    assert entry._timer_at == middle.until
+    await asyncio.wait((middle,))
+    assert not middle.result() and not late.done()
+    await asyncio.wait((late,))
+    assert not late.result()
+    assert entry._timer is None and not entry._deadlines
+
+
+async def test_a_woken_waiter_does_not_keep_the_entry_s_timer_for_its_deadline() -> None:
+    """A waiter woken before its deadline leaves nothing due: the timer set for it ends
+    nobody, and is set again for the next waiter still parked; waiters that left are dropped
+    from the deadlines as more park, and the last borrower's leaving stops the timer."""
+    loop = asyncio.get_running_loop()
+    entry = _wait_entry()
+    t0 = loop.time()
+    first = entry.park(t0 + 0.05)
+    second = entry.park(t0 + 0.1)
+    entry.wake(1)
+    assert first.result() is True
+    await asyncio.wait((second,))
+    assert second.result() is False and loop.time() >= second.until - 0.002
+    for _ in range(1000):  # parked and woken at once, deadlines far away
+        entry.park(t0 + 60)
+        entry.wake(1)
+    assert len(entry._deadlines) <= 130  # compacted (the heap does not keep 1000)
+    entry.stop()
+    assert entry._timer is None and not entry._deadlines
