@@ -146,13 +146,14 @@ async def test_force_unlock_skips_a_waiter_never_granted(client: aiolock.AioLock
     await lock.unlock(owner=owner)
 
 
-async def test_force_unlock_skips_its_own_record_never_granted(client: aiolock.AioLock) -> None:
-    """The caller's own record, made for an acquire that has not been granted (here made by
-    hand), is left as it is: it is not "released" (a transition from ACQUIRING the table
-    does not have)."""
+async def test_force_unlock_skips_an_explicit_owners_record_never_granted(client: aiolock.AioLock) -> None:
+    """The record of an acquire not granted yet (an explicit owner's: a task's first
+    acquire makes none until its grant; here made by hand, as an acquire makes it) is left
+    as it is: it is not "released" (a transition from ACQUIRING the table does not have)."""
     lock = client.lock("states-force-own-acquiring")
     runtime = client.unchecked_runtime
-    hold = runtime.leases.hold(lock.name, runtime.resolve_owner(None))
+    hold = runtime.leases.for_acquire(lock.name, client.new_owner(), "lock")
+    assert hold is not None
     assert not await lock.force_unlock()
     assert hold.state is HoldState.ACQUIRING
     assert runtime.holds_of(lock.name) == [hold]
