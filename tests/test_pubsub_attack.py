@@ -34,7 +34,7 @@ async def test_a_refused_pubsub_reconnect_does_not_spin_the_event_loop(
         try:
             await admin.config_set("requirepass", "pw")
             with caplog.at_level(logging.WARNING, logger="aiolock.pubsub"):
-                await admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+                await admin.client_kill_filter(_type="pubsub")
                 await asyncio.sleep(1.5)  # about 3 attempts at 0.25-0.5 s apart
             failed = [
                 r for r in caplog.records if "opening the pub/sub connection failed" in r.message
