@@ -57,8 +57,11 @@ class Connector:
                 pause = self._not_before - loop.time()
                 if pause > 0:
                     last = self._last_error
-                    if isinstance(last, Refused):
-                        raise Refused(str(last))  # waiting would not change the answer
+                    if isinstance(last, Refused) and deadline is not None:
+                        # waiting would not change the answer. A background reopener (no
+                        # deadline) waits the backoff instead: it would loop on this raise
+                        # without ever yielding to the event loop.
+                        raise Refused(str(last))
                     if deadline is not None and loop.time() + pause > deadline:
                         raise last or NotSent("reconnecting")
                     await asyncio.sleep(pause)
