@@ -146,7 +146,9 @@ async def test_force_unlock_skips_a_waiter_never_granted(client: aiolock.AioLock
     await lock.unlock(owner=owner)
 
 
-async def test_force_unlock_skips_an_explicit_owners_record_never_granted(client: aiolock.AioLock) -> None:
+async def test_force_unlock_skips_an_explicit_owners_record_never_granted(
+    client: aiolock.AioLock,
+) -> None:
     """The record of an acquire not granted yet (an explicit owner's: a task's first
     acquire makes none until its grant; here made by hand, as an acquire makes it) is left
     as it is: it is not "released" (a transition from ACQUIRING the table does not have)."""
