@@ -13,14 +13,17 @@ import gc
 import os
 import signal
 import sys
+import traceback
+import weakref
 from asyncio.subprocess import PIPE
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.connection
 
 import aiolock
 from aiolock.testing import (
@@ -155,6 +158,61 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             or f"{path}::{name.partition('[')[0]}" in SLOW_TESTS
         ):
             item.add_marker(pytest.mark.slow)
+
+
+# -- redis-py connections left open: named at the test that opened them ------------------------
+
+#: Every redis-py asyncio connection made in this session, with the test that made it and where.
+_connections: weakref.WeakKeyDictionary[
+    redis.asyncio.connection.AbstractConnection, tuple[str, list[traceback.FrameSummary]]
+] = weakref.WeakKeyDictionary()
+_current_test = ["(no test)"]
+_redis_py_init = redis.asyncio.connection.AbstractConnection.__init__
+
+
+def _tracked_init(self: redis.asyncio.connection.AbstractConnection, *args: Any, **kw: Any) -> None:
+    _redis_py_init(self, *args, **kw)
+    _connections[self] = (_current_test[0], traceback.extract_stack(limit=16)[:-1])
+
+
+redis.asyncio.connection.AbstractConnection.__init__ = _tracked_init  # type: ignore[method-assign]
+
+
+def _left_open() -> list[str]:
+    """Connections still connected on an event loop that is closed (no one can close them
+    now; they warn 'unclosed Connection' whenever the collector frees them, often at the end
+    of the session, naming no test). Each is reported once."""
+    found = []
+    for connection, (test, stack) in list(_connections.items()):
+        writer = getattr(connection, "_writer", None)
+        loop = getattr(writer, "_loop", None)
+        if writer is not None and loop is not None and loop.is_closed():
+            del _connections[connection]
+            found.append(
+                f"{connection!r}, opened in {test} at:\n{''.join(traceback.format_list(stack))}"
+            )
+    return found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    """Fail the teardown of a test that leaves a redis-py connection open (its loop closed)."""
+    try:
+        return (yield)
+    finally:
+        left = _left_open()
+        _current_test[0] = f"(after {item.nodeid})"
+        if left:
+            raise AssertionError(
+                "redis-py connections left open (close every client, pubsub and monitor): "
+                + "\n".join(left)
+            )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    _current_test[0] = item.nodeid
+    return (yield)
 
 
 @pytest.fixture
