@@ -210,6 +210,17 @@ async def test_a_subscription_refused_by_an_acl_is_a_clear_error(redis_url: str)
             assert elapsed_since(started) < 5  # at once, not after waiting out wait_time
 
 
+class Heard(list[bytes | bool]):
+    """A pub/sub listener that records what it hears: each message, and False / True when
+    told its subscription was lost / is back."""
+
+    def on_message(self, data: bytes) -> None:
+        self.append(data)
+
+    def on_reset(self, listening: bool) -> None:
+        self.append(listening)
+
+
 async def test_a_listener_hears_its_channel_is_back_after_every_loss(
     proxy: TcpProxy, redis_client: redis.asyncio.Redis
 ) -> None:
@@ -217,19 +228,13 @@ async def test_a_listener_hears_its_channel_is_back_after_every_loss(
     is back, also when the connection opened in between dropped before confirming it: its
     waiters re-check then for what was published while nobody listened (they used to wait
     for the holder's lease instead)."""
-    heard: list[bytes | bool] = []
-
-    class Listener:
-        def on_message(self, data: bytes) -> None:
-            heard.append(data)
-
-        def on_reset(self, listening: bool) -> None:
-            heard.append(listening)
-
-    settings = ServerSettings.from_redis(redis.asyncio.Redis.from_url(proxy.url))
+    heard = Heard()
+    proxied = redis.asyncio.Redis.from_url(proxy.url)
+    settings = ServerSettings.from_redis(proxied)
+    await proxied.aclose()
     transport = StandaloneTransport(settings, aiolock.Config(command_timeout=COMMAND_TIMEOUT))
     try:
-        await transport.subscribe(b"back", Listener(), key="back")
+        await transport.subscribe(b"back", heard, key="back")
         proxy.drop_replies(1, to="SUBSCRIBE")
         await redis_client.client_kill_filter(_type="pubsub")
         async with asyncio.timeout(5):
@@ -258,14 +263,7 @@ async def test_a_pubsub_connection_that_dies_as_it_opens_is_opened_again(
     settings = ServerSettings.from_redis(redis_client)
     config = aiolock.Config(command_timeout=COMMAND_TIMEOUT)
     opened: list[Link] = []
-    heard: list[bytes | bool] = []
-
-    class Listener:
-        def on_message(self, data: bytes) -> None:
-            heard.append(data)
-
-        def on_reset(self, listening: bool) -> None:
-            heard.append(listening)
+    heard = Heard()
 
     async def open_link(
         sink: Callable[[bytes, bytes], None], on_closed: Callable[[Link, BaseException], None]
@@ -289,7 +287,7 @@ async def test_a_pubsub_connection_that_dies_as_it_opens_is_opened_again(
 
     subscriber = Subscriber(open_link, config, what="a test")
     try:
-        await subscriber.subscribe(b"again", Listener())
+        await subscriber.subscribe(b"again", heard)
         opened[0].close(ConnectionResetError("dropped"))
         # (On uvloop, the second connection's SUBSCRIBE may be confirmed before the reset
         # is read: the listener is then told "back", "lost", "back" again.)
