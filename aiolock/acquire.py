@@ -183,19 +183,17 @@ async def _acquire(
                 woken = entry.park(until, rule.weight)
                 try:
                     await woken
-                except asyncio.CancelledError:
-                    entry.pass_on(woken, rule.weight)
-                    raise
-                if rt.pubsub.closed:
-                    raise ClientClosedError(f"the client closed while waiting for {rule.name!r}")
-                if wait_until is not None and loop.time() >= wait_until:
-                    entry.pass_on(woken, rule.weight)  # a wake-up it will not use: the next's
-                    return None
-                tried = True
-                try:
+                    if rt.pubsub.closed:
+                        raise ClientClosedError(
+                            f"the client closed while waiting for {rule.name!r}"
+                        )
+                    if wait_until is not None and loop.time() >= wait_until:
+                        entry.pass_on(woken, rule.weight)  # a wake-up it will not use
+                        return None
+                    tried = True
                     result = await _try(op, lease_ms, wait_ms, renew, give_up_at)
                 except BaseException:
-                    # it leaves (an error, cancelled) with the wake-up unused, perhaps with
+                    # it leaves (cancelled, an error) with the wake-up unused, perhaps with
                     # what was released still free: the next waiter re-checks instead
                     entry.pass_on(woken, rule.weight)
                     raise
