@@ -183,7 +183,8 @@ async def workload(
     if "gc off" in variant:
         gc.disable()
     cycle, close = await _open(variant, url)
-    names = [f"bench:instr:{variant}:{i}" for i in range(tasks)]
+    # (the process id: a variant and its --baseline twin run at once on one server)
+    names = [f"bench:instr:{variant}:{os.getpid()}:{i}" for i in range(tasks)]
     young = [0]
     out: dict[str, Any] = {"cycles": [], "young_collections": []}
 
