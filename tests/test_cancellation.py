@@ -6,6 +6,7 @@ Replies and requests are delayed, dropped or cut for real through aiolock.testin
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -249,3 +250,40 @@ async def test_unresolvable_outcome_is_an_aiolock_error(
 
 async def _value_is(values: Awaitable[object], expected: object) -> bool:
     return await values == expected
+
+
+@pytest.mark.parametrize("cancel_first", [False, True], ids=["give-up first", "cancel first"])
+async def test_a_cancellation_at_the_moment_a_try_gives_up_is_never_lost(
+    proxy: TcpProxy, redis_client: redis.asyncio.Redis, cancel_first: bool
+) -> None:
+    """``try_lock()`` (no wait) gives up a reply that does not come in time with a timer of
+    its own; the caller is cancelled in the same loop iteration as that timer goes off (the
+    loop was held up past both, so both are due at once), in either order. The caller gets
+    its CancelledError (a give-up that swallowed it would lose the cancellation), and what
+    the try took is given back."""
+    async with aiolock.from_url(proxy.url, command_timeout=0.3) as client:
+        async with client.lock("warm-up"):  # open the connections before the fault
+            pass
+        proxy.delay_replies(0.6)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        task = asyncio.create_task(client.lock("both-due").try_lock(lease_time=30))
+        # The try's own timer is due at start + 0.275 s (+ the few ms before it starts):
+        # command_timeout - margin - LOOK_AGAIN. The cancellation is due 15 ms after or
+        # before it, and the loop is held up until both are due.
+        loop.call_at(start + (0.26 if cancel_first else 0.29), task.cancel)
+        loop.call_at(start + 0.2, time.sleep, 0.2)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        proxy.delay_replies(0)
+        await eventually(lambda: _gone(redis_client, "both-due"))
+        await eventually(lambda: _idle(client))
+
+
+async def _gone(r: redis.asyncio.Redis, key: str) -> bool:
+    return not await r.exists(key)
+
+
+async def _idle(client: aiolock.AioLock) -> bool:
+    return not any(client.statistics().holds.values())
