@@ -265,25 +265,17 @@ class Link(asyncio.Protocol):
     def _write(self, packed: bytes) -> None:
         batch = self._batch
         if batch is None:
-            # The first command of a loop iteration goes out at once, with its marker; those
-            # written after it in the same iteration go out together, one system call with
-            # one marker, on the next one.
+            # The first command of a loop iteration goes out at once; those written after it
+            # in the same iteration go out together, one system call, on the next one, and
+            # the marker after them: commands sent one after the other stay adjacent on the
+            # wire (the cluster's ASKING applies to the very next command; a marker written
+            # with the first command broke that: tried, issue 18).
             assert self._transport is not None
-            self._transport.write(
-                packed + self._marker(self._loop.time()) if self._marked else packed
-            )
+            self._transport.write(packed)
             self._batch = []
             self._loop.call_soon(self._flush)
         else:
             batch.append(packed)
-
-    def _marker(self, now: float) -> bytes:
-        """The next marker, queued for its reply: the command to write after a batch."""
-        self._marks += 1
-        mark = b"\x00aiolock %d" % self._marks
-        packed = pack(("PING", mark))
-        self._pending.append(Call(_NO_FUTURE, now, packed, mark))
-        return packed
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, None
@@ -297,8 +289,13 @@ class Link(asyncio.Protocol):
             pending = self._pending
             for index in range(len(pending) - len(batch), len(pending)):
                 pending[index].sent_at = now
-            if self._marked:
-                batch.append(self._marker(now))
+        if self._marked:
+            self._marks += 1
+            mark = b"\x00aiolock %d" % self._marks
+            packed = pack(("PING", mark))
+            self._pending.append(Call(_NO_FUTURE, now, packed, mark))
+            batch.append(packed)
+        if batch:
             assert self._transport is not None
             self._transport.write(b"".join(batch))
 
