@@ -420,6 +420,44 @@ async def test_locks_keep_working_on_a_server_out_of_memory() -> None:
                 await client.lock("new").try_lock()
 
 
+@pytest.mark.parametrize("kind", ["lock", "fenced", "fair", "write", "read", "spin"])
+async def test_a_nested_release_goes_through_on_a_server_out_of_memory(kind: str) -> None:
+    """Under OOM (noeviction) Redis refuses a script's memory-growing command only if it is
+    the script's first write. A reentrant hold's inner release decremented its count with
+    HINCRBY first: refused, the release failed with OOM and the outer hold, still valid and
+    renewed, was reported lost at once (every type but the read lock, whose release deletes
+    a timeout key first). The nested release must go through and the outer hold stay held."""
+    from aiolock.testing import RedisServer, external_redis_url
+
+    if external_redis_url() is not None:
+        pytest.skip("needs its own redis-server")
+    with RedisServer(["--maxmemory-policy", "noeviction"]) as server:
+        async with aiolock.from_url(server.url, watchdog_timeout=0.6) as client:
+            make: dict[str, Callable[[str], Any]] = {
+                "lock": client.lock,
+                "fenced": client.fenced_lock,
+                "fair": client.fair_lock,
+                "write": lambda name: client.read_write_lock(name).write_lock(),
+                "read": lambda name: client.read_write_lock(name).read_lock(),
+                "spin": client.spin_lock,
+            }
+            lock = make[kind]("nested-oom")
+            await lock.lock()
+            await lock.lock()
+            lost: list[BaseException] = []
+            lock.on_lost(lost.append)
+            await client.redis.config_set("maxmemory", 1)  # far below what is in use: OOM
+            try:
+                await lock.unlock()
+                await asyncio.sleep(0.5)  # past a renewal period: renewed, not lost
+                stats = lock.statistics()
+                assert stats.held and stats.hold_count == 1 and not lost
+                await lock.unlock()
+            finally:
+                await client.redis.config_set("maxmemory", 0)
+            assert not await lock.is_locked() and not lost
+
+
 async def test_a_redis_error_is_reported_as_an_aiolock_error(
     client: aiolock.AioLock, redis_client: redis.asyncio.Redis
 ) -> None:
