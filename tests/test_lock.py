@@ -524,6 +524,46 @@ async def test_another_clients_owner_is_refused_before_any_io(
             assert proxy.connections_accepted == 0
 
 
+@pytest.mark.parametrize(
+    ("owner_id", "error"),
+    [
+        (123, TypeError),
+        (None, TypeError),
+        (b"x:1", TypeError),
+        ("", ValueError),
+        ("mode", ValueError),
+    ],
+)
+async def test_an_owner_with_a_bad_id_is_refused_before_any_io(
+    proxy: aiolock.testing.TcpProxy, owner_id: Any, error: type[Exception]
+) -> None:
+    """``aiolock.Owner(id)`` is public and takes any object as its id (for other libraries'
+    owner ids). An id that is not a str failed deep inside with AttributeError (or a
+    confusing TypeError for bytes); an empty one was written as an empty hash field; and
+    ``mode`` is the field a read-write lock keeps its mode in: a read lock of a free
+    read-write lock under it failed half-way (HINCRBY on the mode) and left ``{mode: read}``
+    with no holder and no TTL, so no writer could ever take it. Refused with TypeError /
+    ValueError before any connection, by every type and by the composites."""
+    async with aiolock.from_url(proxy.url) as client:
+        owner = aiolock.Owner(owner_id)
+        rw = client.read_write_lock("bad-owner-rw")
+        for lock in (client.lock("bad-owner"), client.fair_lock("bad-owner-f"), rw.read_lock()):
+            with pytest.raises(error):
+                await lock.try_lock(0, owner=owner)
+            with pytest.raises(error):
+                lock.statistics(owner=owner)
+        with pytest.raises(error):
+            await rw.write_lock().lock(owner=owner)
+        with pytest.raises(error):
+            await client.permit_expirable_semaphore("bad-owner-p").try_acquire(owner=owner)
+        multi = aiolock.multi_lock(client.lock("bad-owner-m1"), client.lock("bad-owner-m2"))
+        with pytest.raises(error):
+            await multi.try_lock(owner=owner)
+        with pytest.raises(error):
+            aiolock.red_lock(client, name="bad-owner-r").statistics(owner=owner)
+        assert proxy.connections_accepted == 0
+
+
 async def test_an_owner_id_of_another_library_is_taken(redis_url: str) -> None:
     """An owner made from another library's owner id (a Redisson or node-redisson peer's,
     to re-enter or release its hold) is no other aiolock client's: it is taken."""
