@@ -76,8 +76,9 @@ async def test_a_nested_unlock_refused_loses_the_hold_and_frees_the_lock(
             lock = client.lock("refused-nested")
             assert await lock.try_lock()
             assert await lock.try_lock()
-            await redis_client.execute_command("ACL", "SETUSER", "no-hincrby", "-hincrby")
-            with pytest.raises(aiolock.RedisOperationError, match="releasing 'refused-nested' failed"):
+            await redis_client.acl_setuser("no-hincrby", enabled=True, commands=["-hincrby"])
+            refused = "releasing 'refused-nested' failed"
+            with pytest.raises(aiolock.RedisOperationError, match=refused):
                 await lock.unlock()
             assert client.statistics().renewals == 0
             with pytest.raises(aiolock.LockLostError):
