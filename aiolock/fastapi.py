@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .decorator import Holding, LockMaker, Template, check_kind, check_times, make_lock
 from .errors import LockTimeout
-from .keys import check_seconds
+from .keys import check_name, check_seconds
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -60,7 +60,13 @@ def lock_dependency(
     namer = request_namer(name)
 
     async def hold_lock(request: Request) -> AsyncIterator["Lock"]:
-        lock = make_lock(client_of(), kind, namer(request))
+        lock_name = namer(request)
+        try:
+            check_name(lock_name)
+        except ValueError as exc:  # made from the request's values: the request's fault
+            why = f"this request names no usable lock name: {exc}"
+            raise HTTPException(422, detail=why) from exc
+        lock = make_lock(client_of(), kind, lock_name)
         async with AsyncExitStack() as stack:
             holding = Holding(lock, wait_time=wait_time, lease_time=lease_time, guard=guard)
             try:

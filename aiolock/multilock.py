@@ -107,6 +107,7 @@ from .members import (
     task_owner,
     wait_shielded,
 )
+from .runtime import check_owner
 from .tasks import current_task
 
 
@@ -199,13 +200,13 @@ class MultiLock:
         must belong to one of the members' clients, or the current task's."""
         if owner is None:
             owner = self.owner()
-        elif not isinstance(owner, Owner):
-            raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
-        elif not any(m.runtime.owns(owner) for m in self._members):
-            raise ValueError(
-                f"owner {owner.id} belongs to none of the clients of {self._kind} "
-                f"{self.name!r}; make it with new_owner() of one of them"
-            )
+        else:
+            check_owner(owner)
+            if not any(m.runtime.owns(owner) for m in self._members):
+                raise ValueError(
+                    f"owner {owner.id} belongs to none of the clients of {self._kind} "
+                    f"{self.name!r}; make it with new_owner() of one of them"
+                )
         return CompositeOwner(owner.id, owner.task)
 
     def _ready(self, owner: Owner | None) -> Owner:

@@ -20,6 +20,7 @@ from .errors import (
     LockNotOwnedError,
     LockTimeout,
     RedisOperationError,
+    RedisUnavailableError,
 )
 from .guard import Guard, release_at_exit
 from .holds import (
@@ -49,7 +50,7 @@ from .semaphore import (
     no_count,
     semaphore_wakes,
 )
-from .transport import OutcomeUnknown
+from .transport import NotSent, OutcomeUnknown
 
 # -- the permit-expirable semaphore ---------------------------------------------------------
 
@@ -422,7 +423,12 @@ class PermitExpirableSemaphore:
         rule = self._rule
         cmd = scripts.PERMIT_COUNTS.command(rule._keys(), (PUBLISH, RECLAIM_LIMIT))
         for _ in range(2):  # it only returns expired permits: harmless to run again
-            reply = await commands.command(rt, self.name, cmd, None)
+            try:
+                reply = await commands.command(rt, self.name, cmd, None)
+            except NotSent as exc:
+                raise RedisUnavailableError(
+                    f"reading the permits of semaphore {self.name!r} failed: {exc}"
+                ) from exc
             if isinstance(reply, list):
                 return int(reply[0]), int(reply[1])
             if not isinstance(reply, OutcomeUnknown):

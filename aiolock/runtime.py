@@ -149,8 +149,7 @@ class Runtime:
         (two clients holding one object under one owner id would each believe they hold it
         alone)."""
         if owner is not None:
-            if not isinstance(owner, Owner):
-                raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
+            check_owner(owner)
             if not owner.shared and self.owned_elsewhere(owner):
                 raise ValueError(
                     f"owner {owner.id} belongs to another aiolock client, not to {self.id}; "
@@ -176,6 +175,21 @@ class Runtime:
     def holds_of(self, name: str) -> list[Hold]:
         """This runtime's holds on the object ``name``."""
         return [hold for (held, _), hold in self.leases.holds.items() if held == name]
+
+
+def check_owner(owner: object) -> None:
+    """Refuse (before any Redis call) what cannot be an owner handed in: not an
+    :class:`~aiolock.Owner` (TypeError), or one whose id (``aiolock.Owner("<id>")`` takes
+    any object) is not a non-empty str (TypeError, ValueError), or is ``mode``, the field
+    where a read-write lock keeps its mode (ValueError: a hold under it would overwrite the
+    mode)."""
+    if not isinstance(owner, Owner):
+        raise TypeError(f"owner must be an aiolock.Owner, not {type(owner).__name__}")
+    owner_id = owner.id
+    if not isinstance(owner_id, str):
+        raise TypeError(f"an owner id is a str, not {type(owner_id).__name__}: {owner!r}")
+    if not owner_id or owner_id == "mode":
+        raise ValueError(f"{owner_id!r} cannot be an owner id")
 
 
 class RuntimeSource(Protocol):

@@ -11,6 +11,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from . import acquire, scripts
+from .errors import OutcomeUnknownError, RedisTimeoutError
 from .holds import Owner
 from .keys import check_seconds
 from .lock import Lock, LockRule
@@ -109,9 +110,20 @@ class SpinLock(Lock):
         try:
             while True:
                 rt = runtime.use().without_metrics()  # the whole acquisition is recorded once
-                grant = await acquire.acquire(
-                    rt, self._rule, owner, wait=0.0, lease_ms=lease_ms, renew=renew
-                )
+                try:
+                    grant = await acquire.acquire(
+                        rt, self._rule, owner, wait=0.0, lease_ms=lease_ms, renew=renew
+                    )
+                except (OutcomeUnknownError, RedisTimeoutError):
+                    # The try's reply was lost and could not be settled within the try's own
+                    # bound (command_timeout); it is settled in the background, and the next
+                    # try waits for that (the owner's turn on its hold). A wait_time goes on
+                    # while it lasts, as the plain lock's does. (lock(), with no end, still
+                    # raises: retried, a server that swallows everything would keep it
+                    # trying for ever, where the plain lock raises.)
+                    if until is None or loop.time() >= until - _LAST_TRY:
+                        raise
+                    grant = None
                 if grant is not None:
                     return grant
                 tries += 1

@@ -152,6 +152,32 @@ async def test_path_and_query_parameters_name_the_lock(client: aiolock.AioLock) 
     assert client.statistics().holds.get("held", 0) == 0
 
 
+async def test_a_request_that_names_no_usable_lock_is_answered_422(
+    client: aiolock.AioLock,
+) -> None:
+    """A path or query value that makes the template's name unusable (a '}' with no '{':
+    its side keys would straddle cluster slots; every deployment refuses it) is the
+    request's fault: 422 saying why, as for a missing value, not a 500 from the ValueError
+    the lock factory raises; nothing is written."""
+    app = FastAPI()
+    dep = client.lock_dependency("item:{item_id}:{region}")
+
+    @app.get("/items/{item_id}")
+    async def item(item_id: str, lock: Annotated[aiolock.Lock, Depends(dep)]) -> str:
+        return lock.name
+
+    async with http_client(app, raise_app_exceptions=False) as http:
+        by_path = await http.get("/items/a%7Db", params={"region": "eu"})
+        by_query = await http.get("/items/7", params={"region": "e}u"})
+        fine = await http.get("/items/7", params={"region": "eu"})
+
+    for answer in (by_path, by_query):
+        assert answer.status_code == 422, answer.text
+        assert "lock name" in answer.json()["detail"]
+    assert fine.json() == "item:7:eu"
+    assert client.statistics().holds.get("held", 0) == 0
+
+
 # -- when the lock is released ------------------------------------------------------------
 
 

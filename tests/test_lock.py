@@ -420,6 +420,44 @@ async def test_locks_keep_working_on_a_server_out_of_memory() -> None:
                 await client.lock("new").try_lock()
 
 
+@pytest.mark.parametrize("kind", ["lock", "fenced", "fair", "write", "read", "spin"])
+async def test_a_nested_release_goes_through_on_a_server_out_of_memory(kind: str) -> None:
+    """Under OOM (noeviction) Redis refuses a script's memory-growing command only if it is
+    the script's first write. A reentrant hold's inner release decremented its count with
+    HINCRBY first: refused, the release failed with OOM and the outer hold, still valid and
+    renewed, was reported lost at once (every type but the read lock, whose release deletes
+    a timeout key first). The nested release must go through and the outer hold stay held."""
+    from aiolock.testing import RedisServer, external_redis_url
+
+    if external_redis_url() is not None:
+        pytest.skip("needs its own redis-server")
+    with RedisServer(["--maxmemory-policy", "noeviction"]) as server:
+        async with aiolock.from_url(server.url, watchdog_timeout=0.6) as client:
+            make: dict[str, Callable[[str], Any]] = {
+                "lock": client.lock,
+                "fenced": client.fenced_lock,
+                "fair": client.fair_lock,
+                "write": lambda name: client.read_write_lock(name).write_lock(),
+                "read": lambda name: client.read_write_lock(name).read_lock(),
+                "spin": client.spin_lock,
+            }
+            lock = make[kind]("nested-oom")
+            await lock.lock()
+            await lock.lock()
+            lost: list[BaseException] = []
+            lock.on_lost(lost.append)
+            await client.redis.config_set("maxmemory", 1)  # far below what is in use: OOM
+            try:
+                await lock.unlock()
+                await asyncio.sleep(0.5)  # past a renewal period: renewed, not lost
+                stats = lock.statistics()
+                assert stats.held and stats.hold_count == 1 and not lost
+                await lock.unlock()
+            finally:
+                await client.redis.config_set("maxmemory", 0)
+            assert not await lock.is_locked() and not lost
+
+
 async def test_a_redis_error_is_reported_as_an_aiolock_error(
     client: aiolock.AioLock, redis_client: redis.asyncio.Redis
 ) -> None:
@@ -484,6 +522,46 @@ async def test_another_clients_owner_is_refused_before_any_io(
                 async with sem.permit(owner=owner):
                     pass
             assert proxy.connections_accepted == 0
+
+
+@pytest.mark.parametrize(
+    ("owner_id", "error"),
+    [
+        (123, TypeError),
+        (None, TypeError),
+        (b"x:1", TypeError),
+        ("", ValueError),
+        ("mode", ValueError),
+    ],
+)
+async def test_an_owner_with_a_bad_id_is_refused_before_any_io(
+    proxy: aiolock.testing.TcpProxy, owner_id: Any, error: type[Exception]
+) -> None:
+    """``aiolock.Owner(id)`` is public and takes any object as its id (for other libraries'
+    owner ids). An id that is not a str failed deep inside with AttributeError (or a
+    confusing TypeError for bytes); an empty one was written as an empty hash field; and
+    ``mode`` is the field a read-write lock keeps its mode in: a read lock of a free
+    read-write lock under it failed half-way (HINCRBY on the mode) and left ``{mode: read}``
+    with no holder and no TTL, so no writer could ever take it. Refused with TypeError /
+    ValueError before any connection, by every type and by the composites."""
+    async with aiolock.from_url(proxy.url) as client:
+        owner = aiolock.Owner(owner_id)
+        rw = client.read_write_lock("bad-owner-rw")
+        for lock in (client.lock("bad-owner"), client.fair_lock("bad-owner-f"), rw.read_lock()):
+            with pytest.raises(error):
+                await lock.try_lock(0, owner=owner)
+            with pytest.raises(error):
+                lock.statistics(owner=owner)
+        with pytest.raises(error):
+            await rw.write_lock().lock(owner=owner)
+        with pytest.raises(error):
+            await client.permit_expirable_semaphore("bad-owner-p").try_acquire(owner=owner)
+        multi = aiolock.multi_lock(client.lock("bad-owner-m1"), client.lock("bad-owner-m2"))
+        with pytest.raises(error):
+            await multi.try_lock(owner=owner)
+        with pytest.raises(error):
+            aiolock.red_lock(client, name="bad-owner-r").statistics(owner=owner)
+        assert proxy.connections_accepted == 0
 
 
 async def test_an_owner_id_of_another_library_is_taken(redis_url: str) -> None:

@@ -517,6 +517,28 @@ async def test_an_acquire_that_cannot_be_fenced_taints_nothing(
             assert await pes.available_permits() == 2
 
 
+async def test_counts_of_an_unreachable_server_raise_an_aiolock_error(
+    fresh_server: aiolock.testing.RedisServer,
+) -> None:
+    """The counts are read by a script that may return expired permits to the pool; when no
+    connection can be opened they raised the transport's internal NotSent, which is no
+    AioLockError (an ``except aiolock.AioLockError`` let it through), unlike every other
+    read: RedisUnavailableError, as the plain semaphore's ``available_permits()``."""
+    async with aiolock.from_url(
+        fresh_server.url, command_timeout=0.5, reconnect_max_delay=0.1
+    ) as client:
+        pes = client.permit_expirable_semaphore("unreachable")
+        assert await pes.try_set_permits(2)
+        fresh_server.kill()
+        for read in (pes.available_permits, pes.acquired_permits, pes.get_permits):
+            with pytest.raises(aiolock.RedisUnavailableError, match="unreachable"):
+                await read()
+        with pytest.raises(aiolock.RedisUnavailableError, match="unreachable"):
+            await pes.add_permits(-1)  # reads the counts first
+        with pytest.raises(aiolock.RedisUnavailableError):
+            await client.semaphore("unreachable").available_permits()
+
+
 async def test_permits_can_be_given_back_on_a_server_out_of_memory() -> None:
     from aiolock.testing import RedisServer, external_redis_url
 

@@ -14,6 +14,7 @@ import redis.asyncio
 from redis.asyncio.client import PubSub
 
 import aiolock
+from aiolock.testing import TcpProxy
 from tests.sync_helpers import eventually, script_calls, true
 
 NAME = "spin"
@@ -186,6 +187,30 @@ async def test_a_closed_clients_waiter_raises_at_its_next_try(
         async with asyncio.timeout(5):  # its next try, at most max_delay (128 ms) later
             await waiter
     assert client.statistics().tasks_waiting == 0
+
+
+@pytest.mark.parametrize("kind", ["lock", "spin_lock"])
+async def test_a_try_whose_reply_is_lost_does_not_end_the_wait(proxy: TcpProxy, kind: str) -> None:
+    """Replies come 1 s late (command_timeout 0.5 s) for the first 0.7 s of a
+    ``try_lock(5)``: the first try's reply is lost and cannot be settled
+    within that try's own bound. Each try of a spin lock is the shared loop's acquisition
+    without waiting, bounded by command_timeout: its RedisTimeoutError ("settled in the
+    background") ended the whole wait at once, with more than 4 s of it left, where the
+    plain lock, in the same fault, goes on and takes the lock. The spin lock must go on
+    too: its next try waits for that settlement (the owner's turn) and takes the lock."""
+    async with aiolock.from_url(proxy.url, command_timeout=0.5) as client:
+        lock = client.lock(NAME) if kind == "lock" else client.spin_lock(NAME)
+        owner = client.new_owner()
+        assert await lock.try_lock(owner=owner)  # the connections are open
+        await lock.unlock(owner=owner)
+        proxy.delay_replies(1.0)
+        taking = asyncio.ensure_future(lock.try_lock(5, owner=owner))
+        await asyncio.sleep(0.7)
+        proxy.pass_through()
+        async with asyncio.timeout(10):
+            assert await taking
+        assert lock.statistics(owner=owner).held
+        await lock.unlock(owner=owner)
 
 
 async def test_bad_backoffs_are_refused(client: aiolock.AioLock) -> None:

@@ -35,13 +35,13 @@ if count ~= tonumber(ARGV[5]) then
 end
 local pttl = redis.call('pttl', KEYS[1])
 if count > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[3], -1)
     local lease = tonumber(ARGV[2])
-    if pttl < lease then
-        redis.call('pexpire', KEYS[1], lease)
-        if pttl >= 0 then
-            shift_deadlines(KEYS[3], KEYS[5], lease - pttl)
-        end
+    -- PEXPIRE first: a write that needs no memory, after which a server out of memory
+    -- lets the script's HINCRBY through (Redis refuses only a script's first write)
+    redis.call('pexpire', KEYS[1], math.max(pttl, lease))
+    redis.call('hincrby', KEYS[1], ARGV[3], -1)
+    if pttl >= 0 and pttl < lease then
+        shift_deadlines(KEYS[3], KEYS[5], lease - pttl)
     end
     return 0
 end

@@ -12,7 +12,8 @@
 --          (the key deleted and the message published, or only the owner's field if
 --          someone else's is in the hash too).
 -- The last release uses only HLEN, DEL, HDEL and PUBLISH, which a server out of memory
--- still allows (HINCRBY is refused under OOM), so a lock can always be released.
+-- still allows (HINCRBY is refused under OOM), and an earlier one PEXPIREs before its
+-- HINCRBY (allowed once the script has written), so a lock can always be released.
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
 if count == nil then
     return nil
@@ -21,10 +22,10 @@ if count ~= tonumber(ARGV[4]) then
     return -1
 end
 if count > 1 then
+    -- PEXPIRE first: a write that needs no memory, after which a server out of memory
+    -- lets the script's HINCRBY through (Redis refuses only a script's first write)
+    redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[2])))
     redis.call('hincrby', KEYS[1], ARGV[3], -1)
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
-        redis.call('pexpire', KEYS[1], ARGV[2])
-    end
     return 0
 end
 if redis.call('hlen', KEYS[1]) > 1 then

