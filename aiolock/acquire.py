@@ -180,6 +180,8 @@ async def _acquire(
                     return None
                 if rt.pubsub.closed:  # it closed while a try was in flight: nobody wakes it
                     raise ClientClosedError(f"the client closed while waiting for {rule.name!r}")
+                if entry.refused is not None:  # nobody would wake it (an ACL change)
+                    raise SubscriptionError(f"waiting for {rule.name!r}: {entry.refused}")
                 woken = entry.park(until, rule.weight)
                 try:
                     await woken

@@ -66,6 +66,7 @@ class Entry:
         "holder_until",
         "key",
         "refs",
+        "refused",
     )
 
     def __init__(self, channel: bytes, key: str, wakes: Wakes) -> None:
@@ -89,6 +90,8 @@ class Entry:
         self.confirmed_at: float | None = None
         #: loop time at which the holder's lease ends, as last seen by a failed attempt
         self.holder_until = 0.0
+        #: why its subscription, made again, was refused (None: it was not)
+        self.refused: Exception | None = None
 
     def __repr__(self) -> str:
         return f"<Entry {self.channel!r} refs={self.refs} parked={self.parked}>"
@@ -236,6 +239,14 @@ class Entry:
         self.confirmed_at = asyncio.get_running_loop().time() if listening else None
         self.wake(ALL)
 
+    def on_refused(self, error: Exception) -> None:
+        """Its subscription was made again (after a reset) and refused: the waiters re-check
+        and leave as a new one would (SubscriptionError); a new borrower subscribes again."""
+        self.refused = error
+        self.confirmed = None
+        self.confirmed_at = None
+        self.wake(ALL)
+
 
 class PubSub:
     """The wait entries of one client, over its transport's subscriptions."""
@@ -328,6 +339,7 @@ class PubSub:
         def done(future: asyncio.Future[None]) -> None:
             if not future.cancelled() and future.exception() is None:
                 entry.confirmed_at = asyncio.get_running_loop().time()
+                entry.refused = None
 
         confirmed.add_done_callback(done)
 

@@ -210,6 +210,42 @@ async def test_a_subscription_refused_by_an_acl_is_a_clear_error(redis_url: str)
             assert elapsed_since(started) < 5  # at once, not after waiting out wait_time
 
 
+async def test_waiters_whose_subscription_is_refused_when_made_again_are_told(
+    redis_url: str, redis_client: redis.asyncio.Redis
+) -> None:
+    """The waiter's user loses its channels while it waits (ACL SETUSER resetchannels: Redis
+    drops its pub/sub connection, and subscribing again is refused with -NOPERM). Nobody
+    would wake the parked waiter any more: it raises SubscriptionError at once, as a new
+    waiter does, instead of waking only when the holder's lease would have run out; a waiter
+    after the channels are given back subscribes again and is woken by the release."""
+    with acl_user(redis_url, "loses-channels", "~*", "&*", "+@all") as url:
+        async with (
+            aiolock.from_url(redis_url) as holder,
+            aiolock.from_url(url, command_timeout=COMMAND_TIMEOUT) as waiter,
+        ):
+            lock = holder.lock("acl-again")
+            assert await lock.try_lock(lease_time=60)
+            parked = asyncio.create_task(waiter.lock("acl-again").try_lock(wait_time=30))
+            async with asyncio.timeout(5):
+                while waiter.statistics().tasks_waiting != 1:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            await redis_client.acl_setuser("loses-channels", enabled=True, reset_channels=True)
+            started = now()
+            with pytest.raises(aiolock.SubscriptionError, match="NOPERM"):
+                await parked
+            assert elapsed_since(started) < 5  # not at the end of the holder's 60 s lease
+            with pytest.raises(aiolock.SubscriptionError, match="NOPERM"):
+                await waiter.lock("acl-again").try_lock(wait_time=30)
+            await redis_client.acl_setuser("loses-channels", enabled=True, channels=["*"])
+            again = asyncio.create_task(waiter.lock("acl-again").try_lock(wait_time=30))
+            async with asyncio.timeout(5):
+                while waiter.statistics().tasks_waiting != 1:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            await lock.unlock()
+            async with asyncio.timeout(5):
+                assert await again
+
+
 class Heard(list[bytes | bool]):
     """A pub/sub listener that records what it hears: each message, and False / True when
     told its subscription was lost / is back."""
@@ -219,6 +255,9 @@ class Heard(list[bytes | bool]):
 
     def on_reset(self, listening: bool) -> None:
         self.append(listening)
+
+    def on_refused(self, error: Exception) -> None:
+        self.append(False)
 
 
 async def test_a_listener_hears_its_channel_is_back_after_every_loss(

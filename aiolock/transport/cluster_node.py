@@ -121,6 +121,10 @@ class Routed:
         if not listening and self.reroute is not None:
             self.reroute()
 
+    def on_refused(self, error: Exception) -> None:
+        self.listening = False
+        self.listener.on_refused(error)
+
 
 _LATCH_PREFIX = LATCH_CHANNEL_PREFIX.encode()
 _PUBLISH = b"$7\r\nPUBLISH\r\n"

@@ -34,6 +34,10 @@ class Listener(Protocol):
 
     def on_reset(self, listening: bool) -> None: ...
 
+    def on_refused(self, error: Exception) -> None:
+        """Its channel, subscribed before, was subscribed again and refused (an ACL change):
+        nobody listens to it any more."""
+
 
 class SubscribeRefused(Exception):
     """The server answered SUBSCRIBE with an error."""
@@ -133,10 +137,14 @@ class Subscriber:
             if isinstance(reply, ErrorReply):
                 if self._channels.get(channel) is entry:
                     del self._channels[channel]
-                confirmed.set_exception(
-                    SubscribeRefused(f"{self._subscribe_command} {channel!r} refused: {reply}")
+                refused = SubscribeRefused(
+                    f"{self._subscribe_command} {channel!r} refused: {reply}"
                 )
+                confirmed.set_exception(refused)
                 confirmed.exception()
+                if resubscribe:
+                    # its first confirmation was heard long ago: nobody waits for this one
+                    entry.listener.on_refused(refused)
                 return
             confirmed.set_result(None)
             if entry.reset:
