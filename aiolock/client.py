@@ -554,6 +554,18 @@ def from_url(
     return client
 
 
+URL_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
+"""What :func:`from_url` takes (redis-py's own error names only its first three)."""
+
+
 def check_url(url: object) -> None:
     """Refuse (TypeError / ValueError, before any I/O) what ``from_url`` cannot take: a
     URL that is not a string, a cluster URL without a host, a database path that is not a
@@ -562,8 +574,11 @@ def check_url(url: object) -> None:
         raise TypeError(f"from_url takes a URL string, not {type(url).__name__}")
     scheme, sep, _ = url.partition("://")
     scheme = scheme.lower()
-    if not sep or scheme.startswith("unix") or is_sentinel_url(url):
-        return  # redis-py's own check; a socket path; the Sentinel parser checks its own
+    if not sep or scheme not in URL_SCHEMES:
+        schemes = ", ".join(f"{s}://" for s in URL_SCHEMES)
+        raise ValueError(f"a Redis URL starts with one of {schemes}; not {url!r}")
+    if scheme == "unix" or is_sentinel_url(url):
+        return  # a socket path; the Sentinel parser checks its own
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  # a port that is not a number raises ValueError here

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .keys import check_lease, check_seconds
+from .keys import MIN_LEASE, check_lease, check_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,13 @@ def _check_int(value: object, what: str, *, minimum: int, maximum: int) -> None:
 
 
 def check_max_hold(value: object, what: str = "max_hold") -> float:
-    """Validate a cap on renewal (seconds, > 0; ``math.inf``: no cap)."""
+    """Validate a cap on renewal (seconds, at least :data:`MIN_LEASE`; ``math.inf``: no cap).
+
+    Unlike a lease, a cap of hours is ordinary (a nightly job) and Redisson has no such
+    setting to count in milliseconds, so a large one is not warned about."""
     if isinstance(value, float) and value == math.inf:
         return value
-    return check_lease(value, what)
+    seconds = check_seconds(value, what, positive=True)
+    if seconds < MIN_LEASE:
+        raise ValueError(f"{what} must be at least {MIN_LEASE} s, got {value!r}")
+    return seconds

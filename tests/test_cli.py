@@ -21,6 +21,7 @@ import redis.asyncio
 
 import aiolock
 from aiolock.cli import build_parser, main
+from aiolock.testing import RedisServer, external_redis_url, find_redis_server_binary
 from tests.peers import Peers
 from tests.sync_helpers import eventually, true
 
@@ -713,6 +714,49 @@ def test_watch_ends_on_ctrl_c_even_inside_a_del(redis_url: str) -> None:
     assert proc.returncode == 0, err
     assert out.splitlines()[-1].endswith("stopped")
     assert "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["watching", "starting"])
+def test_ctrl_c_ends_a_keyspace_watch_on_a_server_that_stopped_answering(when: str) -> None:
+    """``--keyspace-events`` changes the server's setting and puts it back at the end. With
+    the server paused (SIGSTOP), Ctrl-C during the watch kept it 30 s more (the put-back's
+    connection timeout), then said only "cannot reach Redis", exit 0, the setting left
+    changed; Ctrl-C while it was still turning the events on ended in a KeyboardInterrupt
+    traceback. Now: it ends within seconds, and says how to put the setting back (exit 2);
+    or, before it began, quietly (exit 0). Both fail on the old code."""
+    if find_redis_server_binary() is None or external_redis_url() is not None:
+        pytest.skip("needs a private redis-server to pause")
+    with RedisServer() as server:
+        if when == "starting":
+            server.pause()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aiolock", "watch", "w", "--url", server.url,
+             "--keyspace-events"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            if when == "watching":
+                assert "watching" in proc.stdout.readline()
+                server.pause()
+            else:
+                time.sleep(1)  # importing, then connecting to the paused server
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=15)  # was 30 s and more
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                proc.communicate()
+            server.resume()
+        assert "Traceback" not in err, err
+        if when == "watching":
+            assert proc.returncode == 2, err
+            assert out.splitlines()[-1].endswith("stopped")
+            assert "could not put notify-keyspace-events back to ''" in err
+            assert 'CONFIG SET notify-keyspace-events ""' in err
+        else:
+            assert (proc.returncode, out) == (0, ""), err
 
 
 def test_watch_text_on_a_redisson_lock_for_a_duration(redis_url: str, r: redis.Redis) -> None:

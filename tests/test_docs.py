@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,6 +85,49 @@ async def test_self_contained_example_runs(marker: str) -> None:
     assert proc.returncode == 0, text
     for expected in EXPECTED[marker]:
         assert expected in text, text
+
+
+#: The FastAPI apps of docs/integrations.md: whole programs a reader copies and runs.
+FASTAPI_APPS = [b for p, b in BLOCKS if p == "docs/integrations.md" and "app = FastAPI(" in b]
+
+
+@pytest.mark.slow  # the @locked endpoint waits its wait_time=2 before answering busy
+async def test_the_fastapi_apps_of_the_docs_answer_busy_and_close_their_client(
+    redis_url: str,
+) -> None:
+    """Each app, its lifespan run: every endpoint answers 200, then 429 or 409 while another
+    client holds the order; when the app stops, the client it used is closed. (The
+    lock_dependency app left its module-level client open at shutdown, and the @locked app
+    configured none, so it used redis://localhost:6379/0.)"""
+    pytest.importorskip("fastapi", reason="the examples extra is not installed")
+    httpx = pytest.importorskip("httpx", reason="the examples extra is not installed")
+    assert len(FASTAPI_APPS) == 2
+    try:
+        for block in FASTAPI_APPS:
+            assert "redis://localhost:6379/0" in block
+            namespace: dict[str, Any] = {}
+            exec(block.replace("redis://localhost:6379/0", redis_url), namespace)
+            app = namespace["app"]
+            paths = [
+                p.replace("{order_id}", "42") for p in re.findall(r'\.post\(\s*"([^"]+)"', block)
+            ]
+            assert paths
+            transport = httpx.ASGITransport(app=app)
+            async with (
+                app.router.lifespan_context(app),
+                httpx.AsyncClient(transport=transport, base_url="http://app") as http,
+                aiolock.from_url(redis_url) as other,
+            ):
+                used = namespace.get("locks") or aiolock.default.default_client()
+                assert not used.closed
+                for path in paths:
+                    assert (await http.post(path)).status_code == 200, path
+                async with other.lock("order:42"):  # another worker holds the order
+                    for path in paths:
+                        assert (await http.post(path)).status_code in (409, 429), path
+            assert used.closed, "the app left its client open"
+    finally:
+        aiolock.configure(aiolock.default.DEFAULT_URL)
 
 
 @pytest.mark.parametrize("page", sorted({page for page, _ in BLOCKS}))

@@ -235,6 +235,13 @@ async def offline() -> Any:
         ("redis://127.0.0.1:1/abc", ValueError, "'abc'"),
         ("redis://127.0.0.1:1/1x", ValueError, "'1x'"),
         ("redis://127.0.0.1:port/0", ValueError, "not a Redis URL"),
+        # redis-py's message named redis://, rediss://, unix:// only
+        (
+            "localhost:6379",
+            ValueError,
+            r"redis\+cluster://, .*redis\+sentinel://.*'localhost:6379'",
+        ),
+        ("http://127.0.0.1:1/0", ValueError, r"starts with one of redis://, rediss://, unix://"),
     ],
 )
 async def test_from_url_refuses_bad_urls(url: Any, error: type[Exception], says: str) -> None:

@@ -288,3 +288,24 @@ async def test_bad_max_hold_is_refused_before_any_redis_call(
         await lock.lock(lease_time=5, max_hold=10)
     assert not lock.statistics().held
     assert not await lock.is_locked()
+
+
+async def test_a_cap_of_hours_is_not_taken_for_milliseconds(
+    make_client: Callable[..., aiolock.AioLock],
+) -> None:
+    """A lease of 1000 s or more is warned about (Redisson counts in milliseconds), but a cap
+    of an hour is an ordinary cap (the docs' nightly job), and Redisson has no max_hold to
+    mistake it for: no warning (the suite turns warnings into errors). Warned on the old
+    code, at every place a cap is given."""
+    client = make_client(max_hold=7200)
+    lock = client.lock("cap-hours", max_hold=3600)
+    assert await lock.try_lock(max_hold=86400)
+    await lock.unlock()
+    async with lock.guard(max_hold=3600):
+        pass
+    aiolock.Config(max_hold=1000)
+    semaphore = client.permit_expirable_semaphore("cap-hours-permits")
+    await semaphore.try_set_permits(1)
+    permit = await semaphore.acquire(max_hold=3600)
+    await semaphore.release(permit)
+    assert client.fair_lock("cap-hours-fair", max_hold=3600).name == "cap-hours-fair"

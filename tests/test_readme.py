@@ -116,3 +116,18 @@ async def test_the_fastapi_handler_answers_429_while_the_order_is_locked(redis_u
             assert response.headers["retry-after"] == "1"
             assert (await http.post("/orders/43/pay")).status_code == 200
         assert (await http.post("/orders/42/pay")).status_code == 200
+
+
+def test_no_page_installs_from_pypi() -> None:
+    """aiolock is not on PyPI yet: a page that says ``pip install 'aiolock-redis[otel]'`` sends
+    a reader to a command that finds nothing (docs/operations.md and docs/testing.md did).
+    Only the sentences that say so, or what will work once it is published, may name it."""
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = []
+    for page in pages:
+        for sentence in re.split(r"(?<=\.)\s", page.read_text()):
+            if re.search(r"pip install ['\"]?aiolock-redis", sentence) and not re.search(
+                r"PyPI|published|finds nothing", sentence
+            ):
+                found.append(f"{page.name}: {' '.join(sentence.split())}")
+    assert not found, found

@@ -143,6 +143,28 @@ def test_a_bad_ssl_cert_reqs_is_named() -> None:
         aiolock.from_url("rediss://127.0.0.1:1/0", redis_options={"ssl_cert_reqs": "maybe"})
 
 
+@pytest.mark.parametrize(
+    ("option", "extra"),
+    [
+        ("ssl_ca_certs", {}),
+        ("ssl_ca_path", {}),
+        ("ssl_certfile", {}),
+        ("ssl_keyfile", {"ssl_certfile": str(Path(__file__))}),
+    ],
+)
+def test_a_missing_certificate_file_is_named(
+    tmp_path: Path, option: str, extra: dict[str, str]
+) -> None:
+    """The docs' own client example (``ssl_ca_certs="ca.pem"`` where no such file is) raised
+    the ssl module's bare "[Errno 2] No such file or directory", naming neither the option
+    nor the file (it did so on the old code)."""
+    missing = str(tmp_path / "ca.pem")
+    with pytest.raises(FileNotFoundError, match=f"{option}: no such file") as caught:
+        aiolock.from_url("rediss://127.0.0.1:1/0", redis_options={**extra, option: missing})
+    assert caught.value.filename == missing
+    assert missing in str(caught.value)
+
+
 # -- ACL ----------------------------------------------------------------------------------
 
 

@@ -40,11 +40,13 @@ from redis.exceptions import RedisError
 
 from . import inspect, layout
 from .common import (
+    ERROR,
     OK,
     CliError,
     clock,
     connect,
     decode,
+    redact,
     report_errors,
     resolve_url,
     seconds,
@@ -63,6 +65,8 @@ KEYSPACE_NEEDED = "Kghx"
 """``notify-keyspace-events`` classes the watch needs: keyspace channel, generic (DEL,
 PEXPIRE), hash, expired. ``e`` (evicted), ``l`` and ``z`` (a fair lock's queue) help."""
 KEYSPACE_WANTED = "Kghxelz"
+RESTORE_TIMEOUT = 3.0
+"""Seconds the watch waits, once stopped, to put ``notify-keyspace-events`` back."""
 ALL_CLASSES = "g$lshzxetd"
 """What the class alias ``A`` stands for."""
 ENDS = ("del", "expired", "evicted")
@@ -80,7 +84,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="show a lock's holder changes and hand-offs live",
         description="Print a timestamped line for every change of the lock NAME: acquired, "
         "released, handed off, hold counts, mode, fair-queue waiters, and the unlock "
-        "messages on its channels. Ctrl-C ends it.",
+        "messages on its channels. Ctrl-C ends it. Exit status: 0 stopped (Ctrl-C or "
+        "--duration), 2 error (Redis unreachable, or the keyspace-events setting could not "
+        "be put back: the command to put it back by hand is printed).",
     )
     parser.add_argument("name", metavar="NAME", help="the lock's name (its Redis key)")
     parser.add_argument(
@@ -118,16 +124,21 @@ def run(args: argparse.Namespace) -> int:
     def run_watch() -> int:
         nonlocal restore
         if args.keyspace_events:
-            with connect(url) as client:
-                restore = enable_keyspace_events(client)
+            try:
+                with connect(url) as client:
+                    restore = enable_keyspace_events(client)
+            except KeyboardInterrupt:  # Ctrl-C before the watch began (Redis slow to answer)
+                return OK
         return until_interrupted(body, emit, args.name, args.duration)
 
+    code = ERROR
     try:
-        return report_errors(url, run_watch)
+        code = report_errors(url, run_watch)
     finally:
         # Here, in the main thread: the watching thread is a daemon, left running at exit.
-        if restore is not None:
-            report_errors(url, lambda: restore_keyspace_events(url, restore))
+        if restore is not None and not put_back_keyspace_events(url, restore):
+            code = ERROR
+    return code
 
 
 def until_interrupted(
@@ -218,6 +229,45 @@ def enable_keyspace_events(client: redis.Redis) -> tuple[str, str] | None:
         "notify-keyspace-events", flags + "".join(c for c in KEYSPACE_WANTED if c not in have)
     )
     return keyspace_flags(client) or "", flags
+
+
+def put_back_keyspace_events(
+    url: str, restore: tuple[str, str], within: float = RESTORE_TIMEOUT
+) -> bool:
+    """:func:`restore_keyspace_events`, waited for at most ``within`` seconds (a server that
+    stopped answering must not keep the watch from ending after Ctrl-C: its connection's
+    timeouts are 30 s) or until a second Ctrl-C; True if done. Otherwise say so, with the
+    command that puts the setting back by hand, on stderr."""
+    outcome: list[BaseException | None] = []
+
+    def target() -> None:
+        try:
+            restore_keyspace_events(url, restore)
+            outcome.append(None)
+        except BaseException as exc:  # told below, by the main thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target, name="aiolock-watch-restore", daemon=True)
+    end = time.monotonic() + within
+    why = f"Redis did not answer within {within:g} s"
+    try:
+        thread.start()
+        while not outcome and time.monotonic() < end:
+            thread.join(0.1)  # short waits: Ctrl-C is handled between them
+    except KeyboardInterrupt:
+        why = "interrupted"
+    if outcome and outcome[0] is None:
+        return True
+    if outcome:
+        why = str(outcome[0]) or type(outcome[0]).__name__
+    before = restore[1]
+    print(
+        f"aiolock watch: could not put notify-keyspace-events back to {before!r} on "
+        f"{redact(url)} ({why}); to do it by hand: CONFIG SET notify-keyspace-events "
+        f'"{before}"',
+        file=sys.stderr,
+    )
+    return False
 
 
 def restore_keyspace_events(url: str, restore: tuple[str, str]) -> int:

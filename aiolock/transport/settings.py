@@ -8,6 +8,8 @@ reads redis-py's private state.
 
 from __future__ import annotations
 
+import errno
+import os
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -126,12 +128,14 @@ def _ssl_context(kwargs: dict[str, Any]) -> ssl.SSLContext:
     for flag in kwargs.get("ssl_exclude_verify_flags") or ():
         context.verify_flags &= ~flag
     if kwargs.get("ssl_certfile"):
+        _check_files(kwargs, "ssl_certfile", "ssl_keyfile")
         context.load_cert_chain(
             certfile=kwargs["ssl_certfile"],
             keyfile=kwargs.get("ssl_keyfile"),
             password=kwargs.get("ssl_password"),
         )
     if kwargs.get("ssl_ca_certs") or kwargs.get("ssl_ca_data") or kwargs.get("ssl_ca_path"):
+        _check_files(kwargs, "ssl_ca_certs", "ssl_ca_path")
         context.load_verify_locations(
             cafile=kwargs.get("ssl_ca_certs"),
             capath=kwargs.get("ssl_ca_path"),
@@ -142,3 +146,12 @@ def _ssl_context(kwargs: dict[str, Any]) -> ssl.SSLContext:
     if kwargs.get("ssl_ciphers") is not None:
         context.set_ciphers(kwargs["ssl_ciphers"])
     return context
+
+
+def _check_files(kwargs: dict[str, Any], *names: str) -> None:
+    """A missing certificate file raises FileNotFoundError naming the option and the path
+    (the ssl module's own says only "No such file or directory")."""
+    for name in names:
+        path = kwargs.get(name)
+        if path and not os.path.exists(path):
+            raise FileNotFoundError(errno.ENOENT, f"{name}: no such file or directory", path)
