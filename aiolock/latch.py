@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import acquire, commands, scripts
-from .errors import LockStateError
+from .errors import LockStateError, RedisOperationError
 from .holds import Owner
 from .keys import (
     CLASSIC_PUBLISH,
@@ -151,17 +151,30 @@ class CountDownLatch:
 
     async def wait(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (a bool result)
         """Wait until the latch is open, at most ``timeout`` seconds (None: as long as it
-        takes); True if open. Returns or raises within ``timeout + command_timeout``."""
+        takes); True if open. Returns or raises within ``timeout + command_timeout``.
+
+        An open latch has no key, so a count lost with its server (one restarted empty, a
+        failover to a replica that never had it) would read as open: if the server serving
+        the latch changed while this wait went on, finding it open raises
+        RedisOperationError instead (whether it was counted down cannot be told)."""
         wait = None if timeout is None else check_seconds(timeout, "timeout")
         runtime = self._runtime
+        rt = runtime.use()
+        since = rt.transport.loss_epoch_of(self.name)
         granted = await acquire.acquire(
-            runtime.use(),
+            rt,
             self._rule,
             _WAITER,
             wait=wait,
             lease_ms=to_millis(runtime.config.command_timeout),
             renew=False,
         )
+        if granted is not None and rt.transport.loss_epoch_of(self.name) != since:
+            raise RedisOperationError(
+                f"latch {self.name!r} reads open, but the server serving it changed while it "
+                "was waited for (a restart, a failover): its count may have been lost with "
+                "the old server rather than counted down"
+            )
         return granted is not None
 
     async def delete(self) -> bool:

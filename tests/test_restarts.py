@@ -228,3 +228,25 @@ async def test_a_release_settled_on_the_restarted_server_is_a_loss(
             await eventually(lambda: not any(client.statistics().holds.values()), 5, "cleanup")
             assert await lock.try_lock()  # the client works on the restarted server
             await lock.unlock()
+
+
+async def test_a_latch_whose_count_a_restart_wiped_is_not_reported_open(
+    fresh_server: RedisServer,
+) -> None:
+    """A latch's count lives in one key, and an open latch has none: a server restarted
+    empty under a waiting ``wait()`` would make it read open though nobody counted it down.
+    The wait raises instead of returning True; one begun after the restart sees a latch
+    that is open as far as anyone can tell."""
+    async with (
+        aiolock.from_url(fresh_server.url, **SLOW) as client,
+        aiolock.from_url(fresh_server.url, **SLOW) as counter,
+    ):
+        latch = client.countdown_latch("r:latch")
+        assert await counter.countdown_latch("r:latch").try_set_count(5)
+        waiting = asyncio.create_task(latch.wait(30))
+        await eventually(lambda: latch.statistics().tasks_waiting == 1, 5, "the waiter parked")
+        await asyncio.to_thread(restart_empty, fresh_server)
+        with pytest.raises(aiolock.RedisOperationError, match="its count may have been lost"):
+            async with asyncio.timeout(TOLD):
+                await waiting
+        assert await latch.wait(1)  # no count now, and no change since this wait began
