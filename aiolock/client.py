@@ -9,10 +9,10 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, ParamSpec, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -566,10 +566,15 @@ URL_SCHEMES = (
 """What :func:`from_url` takes (redis-py's own error names only its first three)."""
 
 
+#: the names of aiolock's settings, refused as URL parameters (see check_url)
+_CONFIG_FIELDS = frozenset(field.name for field in fields(Config))
+
+
 def check_url(url: object) -> None:
     """Refuse (TypeError / ValueError, before any I/O) what ``from_url`` cannot take: a
     URL that is not a string, a cluster URL without a host, a database path that is not a
-    number (redis-py would silently use database 0)."""
+    number (redis-py would silently use database 0), port 0 (redis-py would use 6379), an
+    aiolock setting given as a URL parameter (redis-py would ignore it)."""
     if not isinstance(url, str):
         raise TypeError(f"from_url takes a URL string, not {type(url).__name__}")
     scheme, sep, _ = url.partition("://")
@@ -577,13 +582,23 @@ def check_url(url: object) -> None:
     if not sep or scheme not in URL_SCHEMES:
         schemes = ", ".join(f"{s}://" for s in URL_SCHEMES)
         raise ValueError(f"a Redis URL starts with one of {schemes}; not {url!r}")
+    settings = sorted(_CONFIG_FIELDS.intersection(parse_qs(url.partition("?")[2])))
+    if settings:
+        # redis-py would take them as connection options and ignore them
+        given = ", ".join(f"{name}=..." for name in settings)
+        raise ValueError(
+            f"{', '.join(settings)} in the URL: aiolock's settings are keywords of "
+            f"from_url (from_url(url, {given})), not URL parameters: {url!r}"
+        )
     if scheme == "unix" or is_sentinel_url(url):
         return  # a socket path; the Sentinel parser checks its own
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018  # a port that is not a number raises ValueError here
+        port = parts.port  # a port that is not a number raises ValueError here
     except ValueError as exc:
         raise ValueError(f"not a Redis URL: {url!r} ({exc})") from None
+    if port == 0:  # redis-py would go to 6379 instead
+        raise ValueError(f"port 0 is no Redis server's port: {url!r}")
     if scheme.endswith("+cluster") and not parts.hostname:
         raise ValueError(f"a cluster URL names a node to start from: {url!r}")
     db = parts.path.strip("/")

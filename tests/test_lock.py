@@ -242,6 +242,15 @@ async def offline() -> Any:
             r"redis\+cluster://, .*redis\+sentinel://.*'localhost:6379'",
         ),
         ("http://127.0.0.1:1/0", ValueError, r"starts with one of redis://, rediss://, unix://"),
+        # redis-py went to 6379 (someone else's server, perhaps)
+        ("redis://127.0.0.1:0", ValueError, "port 0"),
+        # redis-py took them as connection options and ignored them
+        (
+            "redis://127.0.0.1:1/0?command_timeout=-1&socket_timeout=1",
+            ValueError,
+            r"command_timeout in the URL.*from_url\(url, command_timeout=\.\.\.\)",
+        ),
+        ("unix:///tmp/r.sock?watchdog_timeout=10", ValueError, "watchdog_timeout in the URL"),
     ],
 )
 async def test_from_url_refuses_bad_urls(url: Any, error: type[Exception], says: str) -> None:
