@@ -213,16 +213,21 @@ class Op:
                 return await call.future  # the link's health check bounds it
             # A bare timer that cancels the reply's future (asyncio.timeout_at costs 2-3x
             # more, and this runs for every try_lock without a wait): the caller's own
-            # cancellation is told apart by its task's cancellation count, as asyncio's is.
+            # cancellation is told apart by its task's cancellation count, as asyncio's is,
+            # and by the timer's message on the future: a cancellation already pending when
+            # the task got here (requested while it ran) cancels the future at the wait,
+            # before the timer, and the count does not move then.
             future = call.future
             task = asyncio.current_task()
             assert task is not None
             cancels = task.cancelling()
-            timer = asyncio.get_running_loop().call_at(deadline - LOOK_AGAIN, future.cancel)
+            timer = asyncio.get_running_loop().call_at(
+                deadline - LOOK_AGAIN, future.cancel, GIVE_UP
+            )
             try:
                 return await future
             except asyncio.CancelledError:
-                if task.cancelling() != cancels:
+                if task.cancelling() != cancels or not gave_up(future):
                     raise  # the caller was cancelled (perhaps as the timer went off too)
             finally:
                 timer.cancel()
@@ -323,6 +328,19 @@ class Op:
             f"the reply about {self.rule.name!r} was lost and what it did could not be "
             f"settled in time ({unknown}); it is settled in the background"
         )
+
+
+#: the message with which :meth:`Op.reply`'s own timer cancels a reply's future
+GIVE_UP = "aiolock: the caller's own time to wait for the reply ran out"
+
+
+def gave_up(future: asyncio.Future[Any]) -> bool:
+    """Whether ``future`` was cancelled by :meth:`Op.reply`'s own timer (not by its task)."""
+    try:
+        future.exception()
+    except asyncio.CancelledError as exc:
+        return bool(exc.args) and exc.args[0] is GIVE_UP
+    return False
 
 
 async def wait_shielded(task: asyncio.Future[Any], seconds: float) -> None:

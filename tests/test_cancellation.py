@@ -287,3 +287,33 @@ async def _gone(r: redis.asyncio.Redis, key: str) -> bool:
 
 async def _idle(client: aiolock.AioLock) -> bool:
     return not any(client.statistics().holds.values())
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.6], ids=["reply in time", "reply late"])
+async def test_a_cancellation_pending_when_a_try_starts_is_never_lost(
+    proxy: TcpProxy, redis_client: redis.asyncio.Redis, delay: float
+) -> None:
+    """The race: the caller's task is cancelled while it runs (``task.cancel()`` on itself,
+    or an ``asyncio.TaskGroup`` whose eager child failed at once, on 3.12+), so the
+    cancellation is pending when ``try_lock()`` arms its own give-up timer, and it cancels
+    the reply's future at the first wait, before that timer: the task's cancellation count
+    does not move then. The caller gets its CancelledError (it got the grant, True, or
+    RedisTimeoutError), and what the try took is given back."""
+    async with aiolock.from_url(proxy.url, command_timeout=0.3) as client:
+        async with client.lock("warm-up"):  # open the connections before the fault
+            pass
+        proxy.delay_replies(delay)
+
+        async def cancelled_first() -> bool:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            return await client.lock("pending").try_lock(lease_time=30)
+
+        task = asyncio.create_task(cancelled_first())
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        proxy.delay_replies(0)
+        await eventually(lambda: _gone(redis_client, "pending"))
+        await eventually(lambda: _idle(client))
