@@ -6,6 +6,7 @@ Replies and requests are delayed, dropped or cut for real through aiolock.testin
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -317,3 +318,35 @@ async def test_a_cancellation_pending_when_a_try_starts_is_never_lost(
         proxy.delay_replies(0)
         await eventually(lambda: _gone(redis_client, "pending"))
         await eventually(lambda: _idle(client))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager tasks came in Python 3.12")
+async def test_a_task_group_cancelling_its_parent_at_once_is_not_lost_by_a_try(
+    client: aiolock.AioLock, redis_client: redis.asyncio.Redis
+) -> None:
+    """The race of the test above as it comes about: with eager tasks, a TaskGroup's child
+    that fails at once cancels the parent task while the parent runs, before its
+    ``try_lock()``. The try raises CancelledError (the body does not go on holding the lock
+    the task group is about to give up), and leaves nothing taken."""
+    async with client.lock("warm-up"):  # open the connection first: the try waits for nothing else
+        pass
+    loop = asyncio.get_running_loop()
+    factory = loop.get_task_factory()
+    loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined,unused-ignore]
+    went_on = False
+
+    async def fails_at_once() -> None:
+        raise ValueError("the child failed")
+
+    try:
+        with pytest.raises(ExceptionGroup) as raised:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(fails_at_once())
+                await client.lock("group").try_lock(lease_time=30)
+                went_on = True
+    finally:
+        loop.set_task_factory(factory)
+    assert raised.group_contains(ValueError)  # type: ignore[attr-defined,unused-ignore]
+    assert not went_on
+    await eventually(lambda: _gone(redis_client, "group"))
+    await eventually(lambda: _idle(client))
