@@ -12,7 +12,7 @@ from .calls import NotSent
 from .connector import Connector
 from .link import Link
 from .settings import ServerSettings
-from .subscriber import Listener, Subscriber
+from .subscriber import Listener, Subscriber, SubscribeRefused
 
 
 class Node:
@@ -123,6 +123,12 @@ class Routed:
 
     def on_refused(self, error: Exception) -> None:
         self.listening = False
+        if isinstance(error, SubscribeRefused) and error.code in ("MOVED", "ASK"):
+            # its slot moved (the listener was told when the connection dropped): it is
+            # subscribed again where the slot is now
+            if self.reroute is not None:
+                self.reroute()
+            return
         self.listener.on_refused(error)
 
 

@@ -40,7 +40,12 @@ class Listener(Protocol):
 
 
 class SubscribeRefused(Exception):
-    """The server answered SUBSCRIBE with an error."""
+    """The server answered SUBSCRIBE with an error (``code``: its first word, e.g. NOPERM,
+    or MOVED on a cluster node whose slot moved)."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _confirms(reply: object, channel: bytes) -> bool:
@@ -135,14 +140,15 @@ class Subscriber:
                 link.close(OutOfStep(f"SUBSCRIBE {channel!r} was answered {reply!r}"))
                 return
             if isinstance(reply, ErrorReply):
-                if self._channels.get(channel) is entry:
+                current = self._channels.get(channel) is entry
+                if current:
                     del self._channels[channel]
                 refused = SubscribeRefused(
-                    f"{self._subscribe_command} {channel!r} refused: {reply}"
+                    f"{self._subscribe_command} {channel!r} refused: {reply}", reply.code
                 )
                 confirmed.set_exception(refused)
                 confirmed.exception()
-                if resubscribe:
+                if resubscribe and current:
                     # its first confirmation was heard long ago: nobody waits for this one
                     entry.listener.on_refused(refused)
                 return
