@@ -26,6 +26,16 @@ async def via_proxy(proxy: TcpProxy) -> AsyncIterator[aiolock.AioLock]:
         yield client
 
 
+@pytest.fixture
+async def quick_via_proxy(proxy: TcpProxy) -> AsyncIterator[aiolock.AioLock]:
+    """As ``via_proxy``, with command_timeout 0.3 s: a try without a wait gives up its reply
+    with a timer of its own at 0.275 s (command_timeout - margin - LOOK_AGAIN)."""
+    async with aiolock.from_url(proxy.url, command_timeout=0.3) as client:
+        async with client.lock("warm-up"):
+            pass
+        yield client
+
+
 async def eventually(check: Callable[[], Awaitable[object]], within: float = 5) -> None:
     """Poll state on the server (no event to wait on there) until ``check`` is true."""
     async with asyncio.timeout(within):
@@ -255,31 +265,31 @@ async def _value_is(values: Awaitable[object], expected: object) -> bool:
 
 @pytest.mark.parametrize("cancel_first", [False, True], ids=["give-up first", "cancel first"])
 async def test_a_cancellation_at_the_moment_a_try_gives_up_is_never_lost(
-    proxy: TcpProxy, redis_client: redis.asyncio.Redis, cancel_first: bool
+    quick_via_proxy: aiolock.AioLock,
+    proxy: TcpProxy,
+    redis_client: redis.asyncio.Redis,
+    cancel_first: bool,
 ) -> None:
     """``try_lock()`` (no wait) gives up a reply that does not come in time with a timer of
     its own; the caller is cancelled in the same loop iteration as that timer goes off (the
     loop was held up past both, so both are due at once), in either order. The caller gets
     its CancelledError (a give-up that swallowed it would lose the cancellation), and what
     the try took is given back."""
-    async with aiolock.from_url(proxy.url, command_timeout=0.3) as client:
-        async with client.lock("warm-up"):  # open the connections before the fault
-            pass
-        proxy.delay_replies(0.6)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        task = asyncio.create_task(client.lock("both-due").try_lock(lease_time=30))
-        # The try's own timer is due at start + 0.275 s (+ the few ms before it starts):
-        # command_timeout - margin - LOOK_AGAIN. The cancellation is due 15 ms after or
-        # before it, and the loop is held up until both are due.
-        loop.call_at(start + (0.26 if cancel_first else 0.29), task.cancel)
-        loop.call_at(start + 0.2, time.sleep, 0.2)
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert task.cancelled()
-        proxy.delay_replies(0)
-        await eventually(lambda: _gone(redis_client, "both-due"))
-        await eventually(lambda: _idle(client))
+    client = quick_via_proxy
+    proxy.delay_replies(0.6)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    task = asyncio.create_task(client.lock("both-due").try_lock(lease_time=30))
+    # The try's own timer is due at start + 0.275 s (+ the few ms before it starts). The
+    # cancellation is due 15 ms after or before it, and the loop is held up until both are.
+    loop.call_at(start + (0.26 if cancel_first else 0.29), task.cancel)
+    loop.call_at(start + 0.2, time.sleep, 0.2)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    proxy.delay_replies(0)
+    await eventually(lambda: _gone(redis_client, "both-due"))
+    await eventually(lambda: _idle(client))
 
 
 async def _gone(r: redis.asyncio.Redis, key: str) -> bool:
@@ -292,7 +302,10 @@ async def _idle(client: aiolock.AioLock) -> bool:
 
 @pytest.mark.parametrize("delay", [0.0, 0.6], ids=["reply in time", "reply late"])
 async def test_a_cancellation_pending_when_a_try_starts_is_never_lost(
-    proxy: TcpProxy, redis_client: redis.asyncio.Redis, delay: float
+    quick_via_proxy: aiolock.AioLock,
+    proxy: TcpProxy,
+    redis_client: redis.asyncio.Redis,
+    delay: float,
 ) -> None:
     """The race: the caller's task is cancelled while it runs (``task.cancel()`` on itself,
     or an ``asyncio.TaskGroup`` whose eager child failed at once, on 3.12+), so the
@@ -300,24 +313,22 @@ async def test_a_cancellation_pending_when_a_try_starts_is_never_lost(
     the reply's future at the first wait, before that timer: the task's cancellation count
     does not move then. The caller gets its CancelledError (it got the grant, True, or
     RedisTimeoutError), and what the try took is given back."""
-    async with aiolock.from_url(proxy.url, command_timeout=0.3) as client:
-        async with client.lock("warm-up"):  # open the connections before the fault
-            pass
-        proxy.delay_replies(delay)
+    client = quick_via_proxy
+    proxy.delay_replies(delay)
 
-        async def cancelled_first() -> bool:
-            task = asyncio.current_task()
-            assert task is not None
-            task.cancel()
-            return await client.lock("pending").try_lock(lease_time=30)
+    async def cancelled_first() -> bool:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        return await client.lock("pending").try_lock(lease_time=30)
 
-        task = asyncio.create_task(cancelled_first())
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert task.cancelled()
-        proxy.delay_replies(0)
-        await eventually(lambda: _gone(redis_client, "pending"))
-        await eventually(lambda: _idle(client))
+    task = asyncio.create_task(cancelled_first())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    proxy.delay_replies(0)
+    await eventually(lambda: _gone(redis_client, "pending"))
+    await eventually(lambda: _idle(client))
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="eager tasks came in Python 3.12")
